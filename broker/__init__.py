@@ -1,0 +1,1 @@
+"""The broker: commit log storage, transactions, back-checks and the REST API."""

@@ -1,0 +1,94 @@
+"""One place that turns every error into the contract's body:
+``{"error": {"code": "snake_case_code", "message": "one human sentence", "details": {...}}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+
+from broker.errors import HalfmoonError
+
+logger = logging.getLogger("halfmoon.api")
+
+_DRF_CODES: dict[type[exceptions.APIException], tuple[str, str]] = {
+    exceptions.ParseError: ("malformed_request", "The request body is not valid JSON."),
+    exceptions.NotAuthenticated: ("not_authenticated", "An access key is required: 'Authorization: Bearer <token>'."),
+    exceptions.AuthenticationFailed: ("authentication_failed", ""),
+    exceptions.PermissionDenied: ("permission_denied", ""),
+    exceptions.NotFound: ("not_found", "No such resource."),
+    exceptions.MethodNotAllowed: ("method_not_allowed", ""),
+    exceptions.NotAcceptable: ("not_acceptable", "Only application/json responses are available."),
+    exceptions.UnsupportedMediaType: ("unsupported_media_type", "Send the body as application/json."),
+    exceptions.Throttled: ("throttled", ""),
+}
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contract's error body."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _plain(detail: Any) -> Any:
+    if isinstance(detail, dict):
+        return {str(k): _plain(v) for k, v in detail.items()}
+    if isinstance(detail, list):
+        return [_plain(v) for v in detail]
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's EXCEPTION_HANDLER: HalfmoonError and DRF/Django errors -> the contract's body."""
+    if isinstance(exc, HalfmoonError):
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            error_body("request_too_large", "The request body is larger than the broker accepts."), status=413
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        return None
+    headers: dict[str, str] = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+    if isinstance(exc, exceptions.ValidationError):
+        details = _plain(exc.detail)
+        if not isinstance(details, dict):
+            details = {"non_field_errors": details}
+        fields = ", ".join(sorted(details))
+        body = error_body("invalid_input", f"The request is invalid: check {fields}.", {"fields": details})
+        return Response(body, status=400, headers=headers)
+    code, message = next(
+        (v for cls, v in _DRF_CODES.items() if isinstance(exc, cls)), ("error", "")
+    )
+    return Response(error_body(code, message or str(exc.detail)), status=exc.status_code, headers=headers)
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """handler404: JSON, never an HTML page."""
+    return JsonResponse(error_body("not_found", f"No resource at {request.path}."), status=404)
+
+
+def server_error_view(request: HttpRequest) -> JsonResponse:
+    """handler500: JSON, never an HTML page (the error itself is logged by Django)."""
+    return JsonResponse(error_body("internal_error", "The broker failed to handle this request."), status=500)
+
+
+def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """handler400 (e.g. a disallowed Host header)."""
+    return JsonResponse(error_body("bad_request", "The request could not be understood."), status=400)
+
+
+def permission_denied_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """handler403."""
+    return JsonResponse(error_body("permission_denied", "Not allowed."), status=403)

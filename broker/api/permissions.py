@@ -1,0 +1,54 @@
+"""Permission classes. Per-group rights are checked in the views with ``KeyUser.may_*`` since
+the group comes from the request body or the URL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rest_framework.permissions import BasePermission
+
+from broker.errors import Forbidden
+
+if TYPE_CHECKING:  # rest_framework.views imports this module through its settings
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+
+class IsAuthenticatedKey(BasePermission):
+    """Any valid access key."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.auth is not None
+
+
+class IsAdminKey(BasePermission):
+    """An access key made with ``--admin``."""
+
+    message = "This operation needs an admin access key."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.auth is not None and request.user.is_admin
+
+
+def require_producer(request: Request, group: str) -> None:
+    """Raises Forbidden unless the caller's key may act for producer group ``group``."""
+    if not request.user.may_produce(group):
+        raise Forbidden(
+            f"This access key may not act for producer group {group}.",
+            details={"producer_group": group},
+        )
+
+
+def require_consumer(request: Request, group: str) -> None:
+    """Raises Forbidden unless the caller's key may receive and ack for ``group``."""
+    if not request.user.may_consume(group):
+        raise Forbidden(
+            f"This access key may not consume for consumer group {group}.",
+            details={"consumer_group": group},
+        )
+
+
+def require_any_producer(request: Request) -> None:
+    """Raises Forbidden unless the key is an admin or has at least one producer group."""
+    if not (request.user.is_admin or request.user.producer_groups):
+        raise Forbidden("This operation needs an admin key or a key with a producer group.")

@@ -1,0 +1,334 @@
+"""api-v1 endpoints. Each view validates its input, calls one service or selector, and
+serializes the result; errors become the contract's body in ``broker.api.exceptions``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker import selectors
+from broker.api import serializers as s
+from broker.api.permissions import IsAdminKey, require_any_producer, require_consumer, require_producer
+from broker.errors import Forbidden, NotFound
+from broker.models import ConsumerGroup, ProducerGroup
+from broker.services import admin, checks, consumers, messages, transactions
+from broker.services.polling import poll_until
+
+ERRORS = {
+    400: OpenApiResponse(description="invalid input (error body)"),
+    401: OpenApiResponse(description="missing or bad access key (error body)"),
+    403: OpenApiResponse(description="not allowed for this access key (error body)"),
+}
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    extra = {
+        404: OpenApiResponse(description="unknown resource (error body)"),
+        409: OpenApiResponse(description="conflict with the current state (error body)"),
+        413: OpenApiResponse(description="body or properties too large (error body)"),
+    }
+    return {**ERRORS, **{c: extra[c] for c in codes}}
+
+
+def _valid(serializer_class: type, data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class TransactionPagination(PageNumberPagination):
+    page_size = 100
+    page_size_query_param = "page_size"
+    max_page_size = 1000
+
+
+# --- Topics and groups (admin) ------------------------------------------------------------------
+
+
+class TopicListCreateView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(responses={200: s.TopicOutSerializer(many=True), **ERRORS}, summary="List topics")
+    def get(self, request: Request) -> Response:
+        return Response(s.TopicOutSerializer(selectors.topic_list(), many=True).data)
+
+    @extend_schema(
+        request=s.TopicInSerializer, responses={201: s.TopicOutSerializer, **_errors(409)}, summary="Create a topic"
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.TopicInSerializer, request.data)
+        topic = admin.topic_create(name=data["name"], queue_nums=data["queue_nums"])
+        return Response(s.TopicOutSerializer(topic).data, status=status.HTTP_201_CREATED)
+
+
+class TopicDetailView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        responses={200: s.TopicDetailOutSerializer, **_errors(404)},
+        summary="A topic with each queue's min and max offset",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        topic = selectors.topic_get(name)
+        topic.queues = selectors.topic_queue_offsets(topic)
+        return Response(s.TopicDetailOutSerializer(topic).data)
+
+
+class ProducerGroupListCreateView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(responses={200: s.ProducerGroupOutSerializer(many=True), **ERRORS}, summary="List producer groups")
+    def get(self, request: Request) -> Response:
+        return Response(s.ProducerGroupOutSerializer(ProducerGroup.objects.all(), many=True).data)
+
+    @extend_schema(
+        request=s.ProducerGroupInSerializer,
+        responses={201: s.ProducerGroupCreatedSerializer, **_errors(409)},
+        summary="Create a producer group (its check_secret is shown in this answer only)",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.ProducerGroupInSerializer, request.data)
+        group = admin.producer_group_create(name=data["name"], check_url=data["check_url"])
+        return Response(s.ProducerGroupCreatedSerializer(group).data, status=status.HTTP_201_CREATED)
+
+
+class ProducerGroupDetailView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(responses={200: s.ProducerGroupOutSerializer, **_errors(404)}, summary="A producer group")
+    def get(self, request: Request, name: str) -> Response:
+        group = ProducerGroup.objects.filter(name=name).first()
+        if group is None:
+            raise NotFound(f"Producer group {name} does not exist.", code="producer_group_not_found")
+        return Response(s.ProducerGroupOutSerializer(group).data)
+
+    @extend_schema(
+        request=s.ProducerGroupPatchSerializer,
+        responses={200: s.ProducerGroupOutSerializer, **_errors(404)},
+        summary="Change a producer group's check_url",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = _valid(s.ProducerGroupPatchSerializer, request.data)
+        group = admin.producer_group_update(name=name, check_url=data["check_url"])
+        return Response(s.ProducerGroupOutSerializer(group).data)
+
+
+class CheckRequestsView(APIView):
+    @extend_schema(
+        parameters=[s.CheckRequestsQuerySerializer],
+        responses={200: s.CheckRequestsOutSerializer, **_errors(404)},
+        summary="Long-poll the back-checks of a producer group without check_url",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        require_producer(request, name)
+        query = _valid(s.CheckRequestsQuerySerializer, request.query_params)
+        if not ProducerGroup.objects.filter(name=name).exists():
+            raise NotFound(f"Producer group {name} does not exist.", code="producer_group_not_found")
+        found = poll_until(
+            lambda: checks.check_requests_poll(producer_group=name, max_requests=query["max_requests"]),
+            wait_ms=query["wait_ms"],
+        )
+        return Response({"check_requests": found})
+
+
+class ConsumerGroupListCreateView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(responses={200: s.ConsumerGroupOutSerializer(many=True), **ERRORS}, summary="List consumer groups")
+    def get(self, request: Request) -> Response:
+        return Response(s.ConsumerGroupOutSerializer(ConsumerGroup.objects.all(), many=True).data)
+
+    @extend_schema(
+        request=s.ConsumerGroupInSerializer,
+        responses={201: s.ConsumerGroupOutSerializer, **_errors(409)},
+        summary="Create a consumer group",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.ConsumerGroupInSerializer, request.data)
+        group = admin.consumer_group_create(
+            name=data["name"], max_delivery_attempts=data.get("max_delivery_attempts")
+        )
+        return Response(s.ConsumerGroupOutSerializer(group).data, status=status.HTTP_201_CREATED)
+
+
+# --- Normal messages ----------------------------------------------------------------------------
+
+
+class MessageListCreateView(APIView):
+    @extend_schema(
+        request=s.MessageSendInSerializer,
+        responses={201: s.SendResultSerializer, **_errors(404, 413)},
+        summary="Send a normal message",
+    )
+    def post(self, request: Request) -> Response:
+        require_any_producer(request)
+        data = _valid(s.MessageSendInSerializer, request.data)
+        group = data.get("producer_group")
+        if group:
+            require_producer(request, group)
+        elif request.user.producer_groups:
+            group = min(request.user.producer_groups)
+        message = messages.message_send(
+            topic=data["topic"],
+            body=data["body_bytes"],
+            body_is_text=data["body_is_text"],
+            tags=data["tags"],
+            keys=data["keys"],
+            properties=data["properties"],
+            producer_group=group or "",
+        )
+        return Response(
+            {
+                "status": "SEND_OK",
+                "msg_id": message.msg_id,
+                "topic": message.topic,
+                "queue_id": message.queue_id,
+                "queue_offset": message.queue_offset,
+                "commit_log_offset": message.commit_log_offset,
+            },
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(
+        parameters=[s.MessageQuerySerializer],
+        responses={200: s.MessageOutSerializer(many=True), **ERRORS},
+        summary="Messages of a topic by key (RocketMQ queryMessage)",
+    )
+    def get(self, request: Request) -> Response:
+        require_any_producer(request)
+        query = _valid(s.MessageQuerySerializer, request.query_params)
+        found = selectors.messages_by_key(
+            topic=query["topic"], key=query["key"], producer_groups=request.user.producer_scope()
+        )[:1000]
+        return Response(s.MessageOutSerializer(found, many=True).data)
+
+
+class MessageDetailView(APIView):
+    @extend_schema(
+        responses={200: s.MessageOutSerializer, **_errors(404)},
+        summary="One stored message, whatever its topic (RocketMQ viewMessage)",
+    )
+    def get(self, request: Request, msg_id: str) -> Response:
+        require_any_producer(request)
+        message = selectors.message_get(msg_id, producer_groups=request.user.producer_scope())
+        return Response(s.MessageOutSerializer(message).data)
+
+
+# --- Transactions -------------------------------------------------------------------------------
+
+
+class TransactionListCreateView(APIView):
+    @extend_schema(
+        request=s.TransactionPrepareInSerializer,
+        responses={
+            201: s.TransactionPrepareOutSerializer,
+            200: OpenApiResponse(s.TransactionPrepareOutSerializer, description="msg_id already stored"),
+            **_errors(404, 409, 413),
+        },
+        summary="Send a half message",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(s.TransactionPrepareInSerializer, request.data)
+        require_producer(request, data["producer_group"])
+        tx, created = transactions.transaction_prepare(
+            producer_group=data["producer_group"],
+            topic=data["topic"],
+            body=data["body_bytes"],
+            body_is_text=data["body_is_text"],
+            tags=data["tags"],
+            keys=data["keys"],
+            properties=data["properties"],
+            msg_id=data.get("msg_id"),
+            check_immunity_seconds=data.get("check_immunity_seconds"),
+        )
+        return Response(
+            s.TransactionPrepareOutSerializer(tx).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+    @extend_schema(
+        parameters=[s.TransactionListQuerySerializer],
+        responses={200: s.TransactionOutSerializer(many=True), **ERRORS},
+        summary="List transactions (paginated)",
+    )
+    def get(self, request: Request) -> Response:
+        require_any_producer(request)
+        query = _valid(s.TransactionListQuerySerializer, request.query_params)
+        qs = selectors.transaction_list(
+            state=query.get("state"),
+            producer_group=query.get("producer_group"),
+            topic=query.get("topic"),
+            producer_groups=request.user.producer_scope(),
+        )
+        paginator = TransactionPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(s.TransactionOutSerializer(page, many=True).data)
+
+
+class TransactionDetailView(APIView):
+    @extend_schema(responses={200: s.TransactionOutSerializer, **_errors(404)}, summary="One transaction")
+    def get(self, request: Request, transaction_id: str) -> Response:
+        tx = selectors.transaction_get(transaction_id)
+        if not request.user.may_produce(tx.producer_group):
+            raise Forbidden("This access key may not read this producer group's transactions.")
+        return Response(s.TransactionOutSerializer(tx).data)
+
+
+class TransactionEndView(APIView):
+    @extend_schema(
+        request=s.TransactionEndInSerializer,
+        responses={200: s.TransactionEndOutSerializer, **_errors(404, 409)},
+        summary="End a transaction: commit, rollback or unknown",
+    )
+    def post(self, request: Request, transaction_id: str) -> Response:
+        data = _valid(s.TransactionEndInSerializer, request.data)
+        require_producer(request, data["producer_group"])
+        tx = transactions.transaction_end(
+            transaction_id=transaction_id,
+            producer_group=data["producer_group"],
+            action=data["action"],
+            from_transaction_check=data["from_transaction_check"],
+            remark=data["remark"],
+        )
+        return Response(s.TransactionEndOutSerializer(tx).data)
+
+
+# --- Consumers ----------------------------------------------------------------------------------
+
+
+class ReceiveView(APIView):
+    @extend_schema(
+        request=s.ReceiveInSerializer,
+        responses={200: s.ReceiveOutSerializer, **_errors(404)},
+        summary="Receive messages (SimpleConsumer); long-polls up to wait_ms",
+    )
+    def post(self, request: Request, group: str) -> Response:
+        require_consumer(request, group)
+        data = _valid(s.ReceiveInSerializer, request.data)
+        received = poll_until(
+            lambda: consumers.messages_receive(
+                consumer_group=group,
+                topic=data["topic"],
+                max_messages=data["max_messages"],
+                invisible_duration_ms=data["invisible_duration_ms"],
+            ),
+            wait_ms=data["wait_ms"],
+        )
+        return Response({"messages": s.ReceivedMessageSerializer(received, many=True).data})
+
+
+class AckView(APIView):
+    @extend_schema(
+        request=s.AckInSerializer, responses={200: s.AckOutSerializer, **ERRORS}, summary="Ack received messages"
+    )
+    def post(self, request: Request, group: str) -> Response:
+        require_consumer(request, group)
+        data = _valid(s.AckInSerializer, request.data)
+        acked, failed = consumers.messages_ack(consumer_group=group, receipt_handles=data["receipt_handles"])
+        return Response({"acked": acked, "failed": failed})

@@ -1,0 +1,380 @@
+"""Storage, following RocketMQ's own design.
+
+- ``Message`` is the commit log: every stored message, whatever its topic, with its physical
+  offset (``commit_log_offset``, the primary key: unique and increasing, like RocketMQ's
+  physical offset, though not a byte position). Half messages live on
+  ``RMQ_SYS_TRANS_HALF_TOPIC``, Op messages on ``RMQ_SYS_TRANS_OP_HALF_TOPIC``.
+- ``ConsumeQueue`` is the per-queue counter: ``max_offset`` is the next queue offset of that
+  queue. An append takes the row lock with ``UPDATE ... RETURNING`` in the same database
+  transaction as the insert, so queue offsets are gap-free, and since the lock is held until
+  commit, the committed offsets of a queue are always a contiguous prefix. The unique index
+  ``(topic, queue_id, queue_offset)`` on the commit log is the consume queue's position index.
+- ``Transaction`` is derived state over the half and Op logs (what a scan needs to find due
+  checks with an index read); ``Resolution`` is the one-per-half-message record behind each Op
+  message; ``TransactionEvent`` the audit trail of checks, discards and operator actions.
+- ``ConsumerOffset`` and ``Delivery`` give RocketMQ 5 SimpleConsumer semantics.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.db import models
+from django.db.models import Q
+
+
+def now_ms() -> int:
+    """Milliseconds since the Unix epoch, as RocketMQ's ``*_timestamp`` fields."""
+    return time.time_ns() // 1_000_000
+
+
+class Topic(models.Model):
+    """A topic and its number of queues (RocketMQ TopicConfig readQueueNums/writeQueueNums)."""
+
+    name = models.CharField(max_length=127, unique=True)
+    queue_nums = models.PositiveIntegerField()
+    system = models.BooleanField(default=False, help_text="Broker-owned (RMQ_SYS_*, %DLQ%*, ...)")
+    created_timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(queue_nums__gte=1) & Q(queue_nums__lte=1024), name="topic_queue_nums_range"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConsumeQueue(models.Model):
+    """One queue of a topic; ``max_offset`` is the queue offset the next append receives."""
+
+    topic = models.CharField(max_length=127)
+    queue_id = models.PositiveIntegerField()
+    max_offset = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["topic", "queue_id"], name="one_consume_queue")]
+
+    def __str__(self) -> str:
+        return f"{self.topic}#{self.queue_id}@{self.max_offset}"
+
+
+class Message(models.Model):
+    """One message of the commit log (RocketMQ MessageExt)."""
+
+    commit_log_offset = models.BigAutoField(primary_key=True)
+    topic = models.CharField(max_length=127)
+    queue_id = models.PositiveIntegerField()
+    queue_offset = models.BigIntegerField()
+    msg_id = models.CharField(max_length=64, help_text="UNIQ_KEY")
+    tags = models.CharField(max_length=255, blank=True, default="")
+    keys = models.CharField(max_length=1024, blank=True, default="")
+    body = models.BinaryField()
+    body_is_text = models.BooleanField(default=True, help_text="Sent as `body` (UTF-8), not base64")
+    properties = models.JSONField(default=dict, blank=True)
+    sys_flag = models.IntegerField(default=0, help_text="MessageSysFlag transaction bits")
+    producer_group = models.CharField(max_length=127, blank=True, default="")
+    born_timestamp = models.BigIntegerField()
+    store_timestamp = models.BigIntegerField(default=now_ms)
+    prepared_transaction_offset = models.BigIntegerField(
+        null=True, blank=True, help_text="Commit log offset of the half message this commit delivers"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["topic", "queue_id", "queue_offset"], name="one_message_per_queue_offset"
+            ),
+            # A half message is delivered to its real topic at most once (RocketMQ #5574, #9909).
+            models.UniqueConstraint(
+                fields=["prepared_transaction_offset"], name="one_delivery_per_half_message"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["msg_id"], name="message_msg_id"),
+            models.Index(fields=["topic", "keys"], name="message_topic_keys"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic}#{self.queue_id}@{self.queue_offset} {self.msg_id}"
+
+
+class ProducerGroup(models.Model):
+    """A producer group; its ``check_url`` answers back-checks, or its producers poll for them."""
+
+    name = models.CharField(max_length=127, unique=True)
+    check_url = models.URLField(max_length=2048, null=True, blank=True)
+    check_secret = models.CharField(max_length=128, help_text="HMAC-SHA256 key of back-checks")
+    created_timestamp = models.BigIntegerField(default=now_ms)
+    unreachable_since = models.BigIntegerField(
+        null=True, blank=True, help_text="First undelivered check since the last delivered one"
+    )
+    last_check_error = models.CharField(max_length=512, blank=True, default="")
+    last_poll_timestamp = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ConsumerGroup(models.Model):
+    """A consumer group (RocketMQ SubscriptionGroupConfig: retryMaxTimes)."""
+
+    name = models.CharField(max_length=127, unique=True)
+    max_delivery_attempts = models.PositiveIntegerField(default=16)
+    created_timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AccessKey(models.Model):
+    """An access key; only the SHA-256 of its token is stored."""
+
+    name = models.CharField(max_length=127, unique=True)
+    token_prefix = models.CharField(max_length=16, help_text="First characters, to recognise a key")
+    token_hash = models.CharField(max_length=64, unique=True)
+    is_admin = models.BooleanField(default=False)
+    producer_groups = models.JSONField(default=list, blank=True)
+    consumer_groups = models.JSONField(default=list, blank=True)
+    created_timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_prefix}...)"
+
+
+class TransactionState(models.TextChoices):
+    PREPARED = "PREPARED"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    DISCARDED = "DISCARDED"
+
+
+class ResolvedBy(models.TextChoices):
+    PRODUCER = "producer"
+    CHECK = "check"
+    OPERATOR = "operator"
+    DISCARD = "discard"
+
+
+class Transaction(models.Model):
+    """Derived state of one transactional message, keyed by its transaction id (= UNIQ_KEY).
+
+    Everything here follows from the half message, its Op message and the check events; it is
+    kept so that the scan finds due checks with one index read instead of re-reading history.
+    """
+
+    transaction_id = models.CharField(max_length=64, primary_key=True)
+    producer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127, help_text="REAL_TOPIC")
+    queue_id = models.PositiveIntegerField(help_text="REAL_QID")
+    tags = models.CharField(max_length=255, blank=True, default="")
+    keys = models.CharField(max_length=1024, blank=True, default="")
+    half_queue_id = models.PositiveIntegerField()
+    half_queue_offset = models.BigIntegerField()
+    half_commit_log_offset = models.BigIntegerField()
+    state = models.CharField(
+        max_length=16, choices=TransactionState.choices, default=TransactionState.PREPARED
+    )
+    check_times = models.PositiveIntegerField(default=0, help_text="Checks delivered")
+    check_immunity_ms = models.BigIntegerField(help_text="Delay of the first check after birth")
+    born_timestamp = models.BigIntegerField()
+    next_check_timestamp = models.BigIntegerField(null=True, blank=True)
+    last_check_timestamp = models.BigIntegerField(null=True, blank=True)
+    undelivered_checks = models.PositiveIntegerField(
+        default=0, help_text="Consecutive checks that could not be delivered (backoff)"
+    )
+    resolved_timestamp = models.BigIntegerField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=16, choices=ResolvedBy.choices, null=True, blank=True)
+    queue_offset = models.BigIntegerField(null=True, blank=True, help_text="Delivered queue offset")
+    discard_reason = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["born_timestamp", "transaction_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["half_queue_id", "half_queue_offset"], name="one_transaction_per_half_offset"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=TransactionState.values), name="transaction_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=(Q(state="PREPARED", resolved_by__isnull=True))
+                | (Q(state__in=["COMMITTED", "ROLLED_BACK"], resolved_by__in=["producer", "check", "operator"]))
+                | Q(state="DISCARDED", resolved_by="discard"),
+                name="transaction_resolved_by_matches_state",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="COMMITTED") | Q(queue_offset__isnull=False),
+                name="committed_transaction_has_queue_offset",
+            ),
+        ]
+        indexes = [
+            # The back-check scan (broker.services.checks.check_round) reads this one.
+            models.Index(
+                fields=["half_queue_id", "next_check_timestamp"],
+                condition=Q(state="PREPARED"),
+                name="transaction_due_checks",
+            ),
+            models.Index(fields=["producer_group", "state"], name="transaction_group_state"),
+            models.Index(fields=["topic", "state"], name="transaction_topic_state"),
+            models.Index(fields=["state", "born_timestamp"], name="transaction_state_born"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id} {self.state}"
+
+
+class Resolution(models.Model):
+    """The one resolution (commit or rollback) of a transaction, behind its Op message.
+
+    The unique constraints make a double resolution impossible: one per transaction and one per
+    half queue offset (RocketMQ writes one Op message per resolved half offset).
+    """
+
+    class Action(models.TextChoices):
+        COMMIT = "COMMIT"
+        ROLLBACK = "ROLLBACK"
+
+    transaction = models.OneToOneField(Transaction, on_delete=models.PROTECT, related_name="resolution")
+    half_queue_id = models.PositiveIntegerField()
+    half_queue_offset = models.BigIntegerField()
+    action = models.CharField(max_length=8, choices=Action.choices)
+    resolved_by = models.CharField(max_length=16, choices=ResolvedBy.choices)
+    reason = models.TextField(blank=True, default="")
+    resolved_timestamp = models.BigIntegerField(default=now_ms)
+    op_commit_log_offset = models.BigIntegerField(
+        null=True, blank=True, help_text="Commit log offset of the Op message naming this half offset"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["half_queue_id", "half_queue_offset"], name="one_resolution_per_half_offset"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id} {self.action} by {self.resolved_by}"
+
+
+class TransactionEvent(models.Model):
+    """Audit trail: checks sent and answered, undelivered checks, discards, operator actions."""
+
+    class Kind(models.TextChoices):
+        CHECK_SENT = "check_sent"
+        CHECK_ANSWERED = "check_answered"
+        CHECK_UNDELIVERED = "check_undelivered"
+        DISCARDED = "discarded"
+        RESOLVED = "resolved"
+
+    transaction = models.ForeignKey(Transaction, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    timestamp = models.BigIntegerField(default=now_ms)
+    check_times = models.PositiveIntegerField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["timestamp", "id"]
+        indexes = [models.Index(fields=["transaction", "timestamp"], name="event_transaction_time")]
+
+    def __str__(self) -> str:
+        return f"{self.transaction_id} {self.kind}"
+
+
+class CheckRequest(models.Model):
+    """A back-check queued for a producer group without ``check_url``, handed to a poller."""
+
+    transaction = models.ForeignKey(Transaction, on_delete=models.CASCADE, related_name="check_requests")
+    producer_group = models.CharField(max_length=127)
+    created_timestamp = models.BigIntegerField(default=now_ms)
+    delivered_timestamp = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["transaction"],
+                condition=Q(delivered_timestamp__isnull=True),
+                name="one_queued_check_request",
+            )
+        ]
+        indexes = [
+            # check_requests_poll reads the queued requests of one group.
+            models.Index(
+                fields=["producer_group", "created_timestamp"],
+                condition=Q(delivered_timestamp__isnull=True),
+                name="check_request_queued",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"check {self.transaction_id}"
+
+
+class ConsumerOffset(models.Model):
+    """Next queue offset a consumer group has not yet taken from a queue (RocketMQ
+    ConsumerOffsetManager). Also holds the half/Op scan checkpoints of ``CID_RMQ_SYS_TRANS``."""
+
+    consumer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127)
+    queue_id = models.PositiveIntegerField()
+    offset = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["consumer_group", "topic", "queue_id"], name="one_consumer_offset"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group} {self.topic}#{self.queue_id}@{self.offset}"
+
+
+class Delivery(models.Model):
+    """A message handed to a consumer group and not yet acked (SimpleConsumer in-flight)."""
+
+    consumer_group = models.CharField(max_length=127)
+    message = models.ForeignKey(Message, on_delete=models.PROTECT, related_name="+")
+    topic = models.CharField(max_length=127)
+    delivery_attempt = models.PositiveIntegerField(default=1)
+    invisible_until_timestamp = models.BigIntegerField()
+    receipt_handle = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["consumer_group", "message"], name="one_delivery_per_group")
+        ]
+        indexes = [
+            # messages_receive looks for expired deliveries of a group and topic.
+            models.Index(
+                fields=["consumer_group", "topic", "invisible_until_timestamp"],
+                name="delivery_expiry",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group} {self.message_id} #{self.delivery_attempt}"
+
+
+class ScanLease(models.Model):
+    """A lease on a piece of periodic work (one half queue's scan), held by one worker at a time
+    and expiring if that worker dies."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    owner = models.CharField(max_length=128, blank=True, default="")
+    expires_timestamp = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.owner}"

@@ -1,0 +1,1 @@
+"""Every write the broker makes. Each service owns its database transaction."""

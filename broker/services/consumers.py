@@ -1,0 +1,169 @@
+"""SimpleConsumer receive and ack (RocketMQ 5 ReceiveMessageActivity, AckMessageActivity).
+
+Each consumer group has its own offset per queue (every group sees every visible message);
+a message taken by a receive becomes a ``Delivery`` of that group, invisible to the group's
+other receivers until its invisible time ends, when it is delivered again with
+``delivery_attempt`` + 1, or, past the group's ``max_delivery_attempts``, moved to
+``%DLQ%{group}``. The offset advance and the delivery rows commit together, so a crash loses
+no message: a taken message is acked, or delivered again.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from broker.constants import (
+    PROPERTY_DELIVERY_ATTEMPT,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    dlq_topic,
+)
+from broker.errors import NotFound
+from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, Topic, now_ms
+from broker.services.storage import message_put, system_topic_ensure
+
+@dataclass(frozen=True)
+class Received:
+    """One message handed to a receiver, with its receipt handle and attempt number."""
+
+    message: Message
+    delivery_attempt: int
+    receipt_handle: str
+
+
+def _new_handle() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
+    """Move a message past its group's max_delivery_attempts to %DLQ%{group} (inside atomic)."""
+    message = delivery.message
+    topic = dlq_topic(group.name)
+    props = dict(message.properties)
+    props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
+    props[PROPERTY_RETRY_TOPIC] = message.topic
+    props[PROPERTY_DELIVERY_ATTEMPT] = str(delivery.delivery_attempt)
+    fields = {
+        "topic": topic,
+        "queue_id": 0,
+        "msg_id": message.msg_id,
+        "body": bytes(message.body),
+        "body_is_text": message.body_is_text,
+        "tags": message.tags,
+        "keys": message.keys,
+        "properties": props,
+        "producer_group": message.producer_group,
+        "born_timestamp": message.born_timestamp,
+    }
+    try:
+        message_put(**fields)
+    except LookupError:
+        system_topic_ensure(topic, 1)
+        message_put(**fields)
+    delivery.delete()
+
+
+def messages_receive(
+    *, consumer_group: str, topic: str, max_messages: int, invisible_duration_ms: int
+) -> list[Received]:
+    """Take up to ``max_messages`` messages of ``topic`` for ``consumer_group``, once.
+
+    Expired deliveries of the group come first (redelivered, or dead-lettered past
+    ``max_delivery_attempts``), then new messages from the group's queue offsets. Queues locked
+    by a concurrent receiver of the same group are skipped (``SKIP LOCKED``), so two receivers
+    never get the same message at the same time.
+
+    Raises:
+        NotFound: ``consumer_group_not_found``, ``topic_not_found``.
+    """
+    group = ConsumerGroup.objects.filter(name=consumer_group).first()
+    if group is None:
+        raise NotFound(f"Consumer group {consumer_group} does not exist.", code="consumer_group_not_found")
+    topic_obj = Topic.objects.filter(name=topic).first()
+    if topic_obj is None:
+        raise NotFound(f"Topic {topic} does not exist.", code="topic_not_found", details={"topic": topic})
+    now = now_ms()
+    until = now + invisible_duration_ms
+    out: list[Received] = []
+    with transaction.atomic():
+        expired = list(
+            Delivery.objects.select_for_update(skip_locked=True)
+            .select_related("message")
+            .filter(consumer_group=consumer_group, topic=topic, invisible_until_timestamp__lte=now)
+            .order_by("invisible_until_timestamp")[:max_messages]
+        )
+        for delivery in expired:
+            if delivery.delivery_attempt >= group.max_delivery_attempts:
+                _dead_letter(delivery, group)
+                continue
+            delivery.delivery_attempt += 1
+            delivery.invisible_until_timestamp = until
+            delivery.receipt_handle = _new_handle()
+            delivery.save(update_fields=["delivery_attempt", "invisible_until_timestamp", "receipt_handle"])
+            out.append(Received(delivery.message, delivery.delivery_attempt, delivery.receipt_handle))
+
+        if len(out) < max_messages:
+            ConsumerOffset.objects.bulk_create(
+                [
+                    ConsumerOffset(consumer_group=consumer_group, topic=topic, queue_id=q)
+                    for q in range(topic_obj.queue_nums)
+                ],
+                ignore_conflicts=True,
+            )
+            offsets = list(
+                ConsumerOffset.objects.select_for_update(skip_locked=True).filter(
+                    consumer_group=consumer_group, topic=topic
+                )
+            )
+            random.shuffle(offsets)  # no queue starves the others when max_messages is small
+            for offset in offsets:
+                want = max_messages - len(out)
+                if want <= 0:
+                    break
+                batch = list(
+                    Message.objects.filter(
+                        topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
+                    ).order_by("queue_offset")[:want]
+                )
+                if not batch:
+                    continue
+                deliveries = [
+                    Delivery(
+                        consumer_group=consumer_group,
+                        message=m,
+                        topic=topic,
+                        delivery_attempt=1,
+                        invisible_until_timestamp=until,
+                        receipt_handle=_new_handle(),
+                    )
+                    for m in batch
+                ]
+                Delivery.objects.bulk_create(deliveries)
+                offset.offset = batch[-1].queue_offset + 1
+                offset.save(update_fields=["offset"])
+                out.extend(Received(d.message, 1, d.receipt_handle) for d in deliveries)
+    return out
+
+
+def messages_ack(*, consumer_group: str, receipt_handles: list[str]) -> tuple[int, list[dict[str, str]]]:
+    """Ack the deliveries behind ``receipt_handles`` for ``consumer_group``.
+
+    A handle is valid until the message is acked or delivered again (then it has a new handle).
+
+    Returns:
+        (acked, failed): failed lists ``{"receipt_handle", "code": "invalid_receipt_handle"}``.
+    """
+    unique = list(dict.fromkeys(receipt_handles))
+    with transaction.atomic():
+        found = set(
+            Delivery.objects.select_for_update()
+            .filter(consumer_group=consumer_group, receipt_handle__in=unique)
+            .values_list("receipt_handle", flat=True)
+        )
+        acked = Delivery.objects.filter(consumer_group=consumer_group, receipt_handle__in=found).delete()[0]
+    failed = [{"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found]
+    return acked, failed

@@ -1,0 +1,106 @@
+"""Appending to the commit log and its queues (RocketMQ CommitLog.putMessage + ConsumeQueue)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from broker.models import ConsumeQueue, Message, Topic, now_ms
+
+_NEXT_OFFSET_SQL = (
+    "UPDATE broker_consumequeue SET max_offset = max_offset + 1 "
+    "WHERE topic = %s AND queue_id = %s RETURNING max_offset - 1"
+)
+
+
+def new_msg_id() -> str:
+    """A new message id (UNIQ_KEY): 32 upper-case hex characters, as RocketMQ's."""
+    return uuid.uuid4().hex.upper()
+
+
+def system_topic_ensure(name: str, queue_nums: int) -> Topic:
+    """Return the broker-owned topic ``name`` with at least ``queue_nums`` queues, creating
+    the topic and any missing queue on first use (e.g. after ``HALFMOON_HALF_QUEUE_NUMS`` grew).
+
+    Safe under concurrent callers: the unique constraints arbitrate and losers re-read.
+    """
+    topic = Topic.objects.filter(name=name).first()
+    if topic is None:
+        try:
+            with transaction.atomic():
+                topic = Topic.objects.create(name=name, queue_nums=queue_nums, system=True)
+        except IntegrityError:
+            topic = Topic.objects.get(name=name)
+    if topic.queue_nums < queue_nums:
+        Topic.objects.filter(pk=topic.pk, queue_nums__lt=queue_nums).update(queue_nums=queue_nums)
+        topic.queue_nums = queue_nums
+    ConsumeQueue.objects.bulk_create(
+        [ConsumeQueue(topic=name, queue_id=q) for q in range(topic.queue_nums)],
+        ignore_conflicts=True,
+    )
+    return topic
+
+
+def queue_offset_next(topic: str, queue_id: int) -> int:
+    """Reserve the next queue offset of ``(topic, queue_id)`` and return it.
+
+    Must run inside the database transaction that stores the message: the counter row stays
+    locked until that transaction ends, which keeps offsets gap-free (a rollback returns the
+    offset) and committed offsets a contiguous prefix.
+
+    Raises:
+        LookupError: the queue does not exist.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("queue_offset_next must run inside transaction.atomic()")
+    with connection.cursor() as cursor:
+        cursor.execute(_NEXT_OFFSET_SQL, [topic, queue_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise LookupError(f"no queue {topic}#{queue_id}")
+    return int(row[0])
+
+
+def message_put(
+    *,
+    topic: str,
+    queue_id: int,
+    msg_id: str,
+    body: bytes,
+    body_is_text: bool = True,
+    tags: str = "",
+    keys: str = "",
+    properties: dict[str, Any] | None = None,
+    sys_flag: int = 0,
+    producer_group: str = "",
+    born_timestamp: int | None = None,
+    prepared_transaction_offset: int | None = None,
+) -> Message:
+    """Append one message to the commit log and its queue; return it with its offsets.
+
+    Must run inside ``transaction.atomic()``. ``born_timestamp`` defaults to the store time (ms).
+
+    Raises:
+        LookupError: the queue does not exist.
+        IntegrityError: ``prepared_transaction_offset`` was already delivered.
+    """
+    queue_offset = queue_offset_next(topic, queue_id)
+    stored = now_ms()
+    return Message.objects.create(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        msg_id=msg_id,
+        tags=tags,
+        keys=keys,
+        body=body,
+        body_is_text=body_is_text,
+        properties=properties or {},
+        sys_flag=sys_flag,
+        producer_group=producer_group,
+        born_timestamp=born_timestamp if born_timestamp is not None else stored,
+        store_timestamp=stored,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )

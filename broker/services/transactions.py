@@ -1,0 +1,338 @@
+"""Half messages and end-transaction (RocketMQ TransactionalMessageServiceImpl.prepareMessage,
+EndTransactionProcessor, TransactionalMessageBridge)."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import Any, Literal
+
+from django.db import IntegrityError, transaction
+
+from broker.conf import setting
+from broker.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    HALF_TOPIC,
+    MAX_CHECK_IMMUNITY_SECONDS,
+    OP_HALF_TOPIC,
+    OP_REMOVE_TAG,
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_HALF_QUEUE_OFFSET,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+    SYS_FLAG_TRANSACTION_NOT_TYPE,
+    SYS_FLAG_TRANSACTION_PREPARED_TYPE,
+)
+from broker.errors import Conflict, Forbidden, InvalidInput, NotFound, TransactionAlreadyResolved
+from broker.models import (
+    Message,
+    ProducerGroup,
+    Resolution,
+    ResolvedBy,
+    Transaction,
+    TransactionEvent,
+    TransactionState,
+    now_ms,
+)
+from broker.services.messages import producer_topic_get, queue_select
+from broker.services.storage import message_put, new_msg_id, system_topic_ensure
+from broker.services.validation import message_validate
+
+logger = logging.getLogger("halfmoon.transactions")
+
+EndAction = Literal["commit", "rollback", "unknown"]
+
+# Properties stripped when a half message is re-stored on its real topic
+# (EndTransactionProcessor.endMessageTransaction clears REAL_TOPIC and REAL_QID).
+_HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
+
+DISCARD_CHECK_MAX = "check_max"
+DISCARD_FILE_RESERVED_TIME = "file_reserved_time"
+
+
+def half_queue_select(transaction_id: str) -> int:
+    """The half queue (and matching Op queue) of a transaction: CRC32 of its id modulo
+    ``HALFMOON_HALF_QUEUE_NUMS``. Salted so it does not correlate with the real queue."""
+    return zlib.crc32(b"half:" + transaction_id.encode()) % setting("HALFMOON_HALF_QUEUE_NUMS")
+
+
+def _half_queue_put(**fields: Any) -> Message:
+    """Append to the half or Op topic, creating its queues on first use. Inside atomic()."""
+    try:
+        return message_put(**fields)
+    except LookupError:  # raised after an UPDATE of no row: the transaction is still usable
+        nums = setting("HALFMOON_HALF_QUEUE_NUMS")
+        system_topic_ensure(fields["topic"], max(nums, fields["queue_id"] + 1))
+        return message_put(**fields)
+
+
+def transaction_prepare(
+    *,
+    producer_group: str,
+    topic: str,
+    body: bytes,
+    body_is_text: bool = True,
+    tags: str = "",
+    keys: str = "",
+    properties: dict[str, Any] | None = None,
+    msg_id: str | None = None,
+    check_immunity_seconds: int | None = None,
+) -> tuple[Transaction, bool]:
+    """Store a half message on ``RMQ_SYS_TRANS_HALF_TOPIC``, invisible to consumers.
+
+    The real topic and queue go into the properties (REAL_TOPIC, REAL_QID), as RocketMQ's
+    ``TransactionalMessageBridge.parseHalfMessageInner`` does. The first check is due
+    ``HALFMOON_TRANSACTION_TIMEOUT_MS`` after birth, or ``check_immunity_seconds`` if that is
+    longer (a shorter one is raised to the timeout; above 3600 s is refused, as RocketMQ 5's proxy).
+
+    Idempotent by ``msg_id`` (= transaction id): the same id again for the same group returns
+    the stored transaction and stores nothing.
+
+    Returns:
+        (transaction, created): created is False when the msg_id was already stored.
+
+    Raises:
+        NotFound: ``producer_group_not_found``, ``topic_not_found``.
+        Forbidden: ``system_topic``.
+        Conflict: ``duplicate_msg_id`` (the msg_id belongs to another producer group).
+        InvalidInput, TooLarge: bad immunity, body or properties.
+    """
+    props = message_validate(body=body, properties=properties)
+    timeout_ms = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
+    immunity_ms = timeout_ms
+    if check_immunity_seconds is not None:
+        if check_immunity_seconds < 0 or check_immunity_seconds > MAX_CHECK_IMMUNITY_SECONDS:
+            raise InvalidInput(
+                f"check_immunity_seconds must be between 0 and {MAX_CHECK_IMMUNITY_SECONDS}.",
+                code="invalid_check_immunity",
+                details={"check_immunity_seconds": check_immunity_seconds},
+            )
+        immunity_ms = max(timeout_ms, check_immunity_seconds * 1000)
+    if not ProducerGroup.objects.filter(name=producer_group).exists():
+        raise NotFound(
+            f"Producer group {producer_group} does not exist.",
+            code="producer_group_not_found",
+            details={"producer_group": producer_group},
+        )
+    topic_obj = producer_topic_get(topic)
+    transaction_id = msg_id or new_msg_id()
+    existing = Transaction.objects.filter(pk=transaction_id).first()
+    if existing is not None:
+        return _prepare_repeat(existing, producer_group), False
+
+    real_queue_id = queue_select(transaction_id, topic_obj.queue_nums)
+    props.update(
+        {
+            PROPERTY_REAL_TOPIC: topic,
+            PROPERTY_REAL_QUEUE_ID: str(real_queue_id),
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_PRODUCER_GROUP: producer_group,
+            PROPERTY_UNIQ_KEY: transaction_id,
+        }
+    )
+    if check_immunity_seconds is not None:
+        props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(check_immunity_seconds)
+    half_queue_id = half_queue_select(transaction_id)
+    try:
+        with transaction.atomic():
+            half = _half_queue_put(
+                topic=HALF_TOPIC,
+                queue_id=half_queue_id,
+                msg_id=transaction_id,
+                body=body,
+                body_is_text=body_is_text,
+                tags=tags,
+                keys=keys,
+                properties=props,
+                sys_flag=SYS_FLAG_TRANSACTION_PREPARED_TYPE,
+                producer_group=producer_group,
+            )
+            tx = Transaction.objects.create(
+                transaction_id=transaction_id,
+                producer_group=producer_group,
+                topic=topic,
+                queue_id=real_queue_id,
+                tags=tags,
+                keys=keys,
+                half_queue_id=half_queue_id,
+                half_queue_offset=half.queue_offset,
+                half_commit_log_offset=half.commit_log_offset,
+                check_immunity_ms=immunity_ms,
+                born_timestamp=half.born_timestamp,
+                next_check_timestamp=half.born_timestamp + immunity_ms,
+            )
+    except IntegrityError:
+        # A concurrent send of the same msg_id won; answer with its transaction.
+        existing = Transaction.objects.filter(pk=transaction_id).first()
+        if existing is None:
+            raise
+        return _prepare_repeat(existing, producer_group), False
+    return tx, True
+
+
+def _prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:
+    if existing.producer_group != producer_group:
+        raise Conflict(
+            f"msg_id {existing.transaction_id} was already sent by another producer group.",
+            code="duplicate_msg_id",
+            details={"msg_id": existing.transaction_id},
+        )
+    return existing
+
+
+def transaction_end(
+    *,
+    transaction_id: str,
+    producer_group: str,
+    action: EndAction,
+    from_transaction_check: bool = False,
+    remark: str | None = None,
+) -> Transaction:
+    """End a transaction as its producer reports (RocketMQ END_TRANSACTION).
+
+    commit re-stores the half message on its real topic and queue with the same msg_id and
+    writes an Op message; rollback writes the Op message only; unknown changes nothing. The
+    same action again returns the same state and stores nothing (RocketMQ #5574 stores twice).
+    Concurrent ends are serialised by a row lock on the transaction; the unique constraints on
+    ``Resolution`` and ``Message.prepared_transaction_offset`` are the backstop.
+
+    Returns:
+        the transaction after the end (``state``, ``queue_offset`` of the delivered message).
+
+    Raises:
+        NotFound: ``transaction_not_found``.
+        Forbidden: ``producer_group_mismatch`` (not the group that sent the half message).
+        TransactionAlreadyResolved: the other action after resolution, or after a discard.
+    """
+    with transaction.atomic():
+        tx = Transaction.objects.select_for_update().filter(pk=transaction_id).first()
+        if tx is None:
+            raise NotFound(
+                f"Transaction {transaction_id} does not exist.",
+                code="transaction_not_found",
+                details={"transaction_id": transaction_id},
+            )
+        if tx.producer_group != producer_group:
+            raise Forbidden(
+                f"Transaction {transaction_id} was sent by another producer group.",
+                code="producer_group_mismatch",
+                details={"transaction_id": transaction_id},
+            )
+        if action == "unknown":
+            return tx
+        target = TransactionState.COMMITTED if action == "commit" else TransactionState.ROLLED_BACK
+        if tx.state == target:
+            return tx
+        if tx.state != TransactionState.PREPARED:
+            raise TransactionAlreadyResolved(transaction_id, tx.state)
+        by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
+        _resolve(tx, action=action, resolved_by=by, reason=remark or "")
+    return tx
+
+
+def _resolve(tx: Transaction, *, action: EndAction, resolved_by: str, reason: str) -> None:
+    """Deliver (commit) or drop (rollback) a locked PREPARED transaction and write its Op message.
+
+    Runs inside the caller's database transaction with ``tx`` locked.
+    """
+    now = now_ms()
+    if action == "commit":
+        half = Message.objects.get(pk=tx.half_commit_log_offset)
+        props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPERTIES}
+        delivered = message_put(
+            topic=tx.topic,
+            queue_id=tx.queue_id,
+            msg_id=tx.transaction_id,
+            body=bytes(half.body),
+            body_is_text=half.body_is_text,
+            tags=half.tags,
+            keys=half.keys,
+            properties=props,
+            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+            producer_group=tx.producer_group,
+            born_timestamp=half.born_timestamp,
+            prepared_transaction_offset=half.commit_log_offset,
+        )
+        tx.queue_offset = delivered.queue_offset
+        tx.state = TransactionState.COMMITTED
+    else:
+        tx.state = TransactionState.ROLLED_BACK
+    op = _half_queue_put(
+        topic=OP_HALF_TOPIC,
+        queue_id=tx.half_queue_id,
+        msg_id=new_msg_id(),
+        body=f"{tx.half_queue_offset},".encode(),
+        tags=OP_REMOVE_TAG,
+        sys_flag=SYS_FLAG_TRANSACTION_NOT_TYPE,
+    )
+    Resolution.objects.create(
+        transaction=tx,
+        half_queue_id=tx.half_queue_id,
+        half_queue_offset=tx.half_queue_offset,
+        action=Resolution.Action.COMMIT if action == "commit" else Resolution.Action.ROLLBACK,
+        resolved_by=resolved_by,
+        reason=reason,
+        resolved_timestamp=now,
+        op_commit_log_offset=op.commit_log_offset,
+    )
+    tx.resolved_by = resolved_by
+    tx.resolved_timestamp = now
+    tx.next_check_timestamp = None
+    tx.save(
+        update_fields=["state", "queue_offset", "resolved_by", "resolved_timestamp", "next_check_timestamp"]
+    )
+
+
+def transaction_discard(tx: Transaction, *, reason: str) -> None:
+    """Discard a locked PREPARED transaction: copy its half message to
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` and mark it DISCARDED (RocketMQ
+    ``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``, 4.5.2+). Never delivered;
+    an operator may still commit or roll it back.
+
+    Runs inside the caller's database transaction with ``tx`` locked (select_for_update).
+    ``reason`` is ``check_max`` or ``file_reserved_time``.
+    """
+    now = now_ms()
+    half = Message.objects.get(pk=tx.half_commit_log_offset)
+    props = dict(half.properties)
+    props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(tx.check_times)
+    props[PROPERTY_DISCARD_REASON] = reason
+    props[PROPERTY_HALF_QUEUE_OFFSET] = str(tx.half_queue_offset)
+    put = {
+        "topic": CHECK_MAX_TIME_TOPIC,
+        "queue_id": 0,
+        "msg_id": tx.transaction_id,
+        "body": bytes(half.body),
+        "body_is_text": half.body_is_text,
+        "tags": half.tags,
+        "keys": half.keys,
+        "properties": props,
+        "sys_flag": SYS_FLAG_TRANSACTION_NOT_TYPE,
+        "producer_group": tx.producer_group,
+        "born_timestamp": half.born_timestamp,
+    }
+    try:
+        message_put(**put)
+    except LookupError:
+        system_topic_ensure(CHECK_MAX_TIME_TOPIC, 1)
+        message_put(**put)
+    tx.state = TransactionState.DISCARDED
+    tx.resolved_by = ResolvedBy.DISCARD
+    tx.resolved_timestamp = now
+    tx.next_check_timestamp = None
+    tx.discard_reason = reason
+    tx.save(update_fields=["state", "resolved_by", "resolved_timestamp", "next_check_timestamp", "discard_reason"])
+    TransactionEvent.objects.create(
+        transaction=tx,
+        kind=TransactionEvent.Kind.DISCARDED,
+        timestamp=now,
+        check_times=tx.check_times,
+        detail={"reason": reason},
+    )
+    logger.info("discarded %s after %d checks (%s)", tx.transaction_id, tx.check_times, reason)

@@ -1,0 +1,55 @@
+"""Checks every stored message passes, whatever endpoint it came through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.conf import setting
+from broker.constants import RESERVED_PROPERTIES
+from broker.errors import InvalidInput, TooLarge
+
+
+def message_validate(*, body: bytes, properties: dict[str, Any] | None) -> dict[str, str]:
+    """Check a message's body and user properties against the limits; return the properties.
+
+    Args:
+        body: the decoded body, at most ``HALFMOON_MAX_MESSAGE_SIZE`` bytes (RocketMQ
+            maxMessageSize, 4 MiB).
+        properties: string keys to string values; all keys and values together at most
+            ``HALFMOON_MAX_PROPERTIES_SIZE`` bytes of UTF-8 (32 KiB); no key the broker owns
+            (``REAL_TOPIC``, ``TRAN_MSG``, ...; RocketMQ Validators reject them too).
+
+    Raises:
+        TooLarge: ``message_too_large`` or ``properties_too_large`` (413).
+        InvalidInput: ``reserved_property`` or ``invalid_properties`` (400).
+    """
+    max_body = setting("HALFMOON_MAX_MESSAGE_SIZE")
+    if len(body) > max_body:
+        raise TooLarge(
+            f"The message body is {len(body)} bytes, more than the limit of {max_body} bytes.",
+            code="message_too_large",
+            details={"size": len(body), "limit": max_body},
+        )
+    props = properties or {}
+    if not isinstance(props, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k for k, v in props.items()
+    ):
+        raise InvalidInput(
+            "Properties must map non-empty string keys to string values.", code="invalid_properties"
+        )
+    reserved = sorted(set(props) & RESERVED_PROPERTIES)
+    if reserved:
+        raise InvalidInput(
+            f"Properties {', '.join(reserved)} are set by the broker and may not be sent.",
+            code="reserved_property",
+            details={"properties": reserved},
+        )
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
+    max_props = setting("HALFMOON_MAX_PROPERTIES_SIZE")
+    if size > max_props:
+        raise TooLarge(
+            f"The properties are {size} bytes, more than the limit of {max_props} bytes.",
+            code="properties_too_large",
+            details={"size": size, "limit": max_props},
+        )
+    return dict(props)

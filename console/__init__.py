@@ -1,0 +1,1 @@
+"""Operators' console: live transaction events over Channels websockets."""

@@ -1,0 +1,1 @@
+"""Halfmoon: Apache RocketMQ's transactional messages as a Django service."""

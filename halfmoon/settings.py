@@ -1,0 +1,202 @@
+"""Django settings for Halfmoon, read from the environment.
+
+Every broker setting keeps its RocketMQ name and default; the table in README.md is tested
+against ``HALFMOON_SETTINGS`` below (tests/test_settings_doc.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from halfmoon.env import env_bool, env_int, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("HALFMOON_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "halfmoon-insecure-development-key-change-me")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "django_celery_beat",
+    "broker",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "halfmoon.urls"
+WSGI_APPLICATION = "halfmoon.wsgi.application"
+ASGI_APPLICATION = "halfmoon.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# Embedded default: a SQLite file under var/, in WAL mode, every transaction BEGIN IMMEDIATE so
+# that a writer holds the write lock from its first statement (the broker's read-then-write
+# services then see no lost updates). PostgreSQL (DATABASE_URL=postgres://...) for production
+# and the tests, through Django's psycopg connection pool: under ASGI each request runs in a
+# fresh thread, so CONN_MAX_AGE would open a connection per request
+# (../shared/reference/performance-notes.md).
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'halfmoon.sqlite3'}")
+_db = dj_database_url.parse(DATABASE_URL)
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+    }
+    _db["CONN_MAX_AGE"] = 0
+elif _db["ENGINE"] == "django.db.backends.postgresql":
+    _db["CONN_MAX_AGE"] = 0
+    if env_bool("HALFMOON_DB_POOL", True):
+        _db["OPTIONS"] = {
+            "pool": {
+                "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
+                "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
+                "timeout": 10,
+            }
+        }
+    _db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Channels, Celery -----------------------------------------------------------------
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "halfmoon:channels"},
+    }
+}
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+# --- Broker settings (RocketMQ names in brackets) ---------------------------------------------
+HALFMOON_SETTINGS: dict[str, int] = {
+    # transactionTimeOut: a half message is first checked no earlier than this after its birth.
+    "HALFMOON_TRANSACTION_TIMEOUT_MS": env_int("HALFMOON_TRANSACTION_TIMEOUT_MS", 6000, minimum=0),
+    # transactionCheckMax: checks sent before a transaction is discarded.
+    "HALFMOON_TRANSACTION_CHECK_MAX": env_int("HALFMOON_TRANSACTION_CHECK_MAX", 15, minimum=1),
+    # transactionCheckInterval: at most one check per transaction per interval.
+    "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": env_int(
+        "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS", 30000, minimum=100
+    ),
+    # fileReservedTime: half messages older than this are discarded whatever their count.
+    "HALFMOON_FILE_RESERVED_HOURS": env_int("HALFMOON_FILE_RESERVED_HOURS", 72, minimum=1),
+    # transactionOpBatchInterval / transactionOpMsgMaxSize (RIP-50).
+    "HALFMOON_OP_BATCH_INTERVAL_MS": env_int("HALFMOON_OP_BATCH_INTERVAL_MS", 3000, minimum=10),
+    "HALFMOON_OP_MSG_MAX_SIZE": env_int("HALFMOON_OP_MSG_MAX_SIZE", 4096, minimum=16),
+    # Half queues of RMQ_SYS_TRANS_HALF_TOPIC (RocketMQ has one; Halfmoon shards by transaction id).
+    "HALFMOON_HALF_QUEUE_NUMS": env_int("HALFMOON_HALF_QUEUE_NUMS", 4, minimum=1, maximum=64),
+    # maxMessageSize: body limit in bytes.
+    "HALFMOON_MAX_MESSAGE_SIZE": env_int("HALFMOON_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, minimum=1),
+    # Properties limit in bytes (all keys and values, UTF-8).
+    "HALFMOON_MAX_PROPERTIES_SIZE": env_int("HALFMOON_MAX_PROPERTIES_SIZE", 32 * 1024, minimum=1),
+    # How often beat starts a scan of the half queues, whole seconds (the scan is an index read).
+    "HALFMOON_CHECK_SCAN_INTERVAL_MS": env_int("HALFMOON_CHECK_SCAN_INTERVAL_MS", 1000, minimum=1000),
+    # Timeout of one back-check HTTP request (connect and read).
+    "HALFMOON_CHECK_REQUEST_TIMEOUT_MS": env_int(
+        "HALFMOON_CHECK_REQUEST_TIMEOUT_MS", 5000, minimum=100
+    ),
+    # Transactions claimed for checking per half queue per scan.
+    "HALFMOON_CHECK_BATCH_SIZE": env_int("HALFMOON_CHECK_BATCH_SIZE", 200, minimum=1),
+    # Back-checks sent at once (HTTP requests in flight) per scan.
+    "HALFMOON_CHECK_CONCURRENCY": env_int("HALFMOON_CHECK_CONCURRENCY", 32, minimum=1),
+    # First retry delay after a check could not be delivered; doubles up to the check interval.
+    "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS": env_int(
+        "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS", 1000, minimum=10
+    ),
+    # Default max_delivery_attempts of a new consumer group (RocketMQ maxReconsumeTimes 16).
+    "HALFMOON_MAX_DELIVERY_ATTEMPTS": env_int("HALFMOON_MAX_DELIVERY_ATTEMPTS", 16, minimum=1),
+}
+
+# Request bodies: a 4 MiB body is ~5.6 MB as base64, plus properties and JSON framing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = HALFMOON_SETTINGS["HALFMOON_MAX_MESSAGE_SIZE"] * 2 + 1024 * 1024
+
+# --- REST framework and OpenAPI --------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["broker.api.authentication.AccessKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["broker.api.permissions.IsAuthenticatedKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["broker.api.parsers.LimitedJSONParser"],
+    "EXCEPTION_HANDLER": "broker.api.exceptions.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Halfmoon broker API",
+    "DESCRIPTION": "Apache RocketMQ's transactional messages over HTTP: half messages, "
+    "end-transaction, back-checks and SimpleConsumer receive/ack (api-v1).",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+}
+
+# --- Static files, i18n ----------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "halfmoon": {"handlers": ["console"], "level": env_str("HALFMOON_LOG_LEVEL", "INFO")},
+    },
+}

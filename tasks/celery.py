@@ -1,0 +1,32 @@
+"""The Celery app: settings from Django (``CELERY_*``), beat schedule in django-celery-beat."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
+
+app = Celery("halfmoon")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["tasks"], related_name="checks")
+
+
+@app.on_after_finalize.connect
+def _beat_schedule(sender: Celery, **kwargs: object) -> None:
+    """Beat fans the back-check scan out per half queue every HALFMOON_CHECK_SCAN_INTERVAL_MS.
+
+    Each entry expires before its next run, so a slow scan never piles up behind itself.
+    """
+    from django.conf import settings
+
+    # django-celery-beat intervals are whole seconds.
+    every_s = max(1, settings.HALFMOON_SETTINGS["HALFMOON_CHECK_SCAN_INTERVAL_MS"] // 1000)
+    sender.conf.beat_schedule = {
+        "halfmoon-check-dispatch": {
+            "task": "tasks.checks.check_dispatch",
+            "schedule": every_s,
+            "options": {"expires": every_s},
+        },
+    }

@@ -1,0 +1,79 @@
+"""Shared fixtures. Tests run against real PostgreSQL and Redis (see README, "Tests").
+
+People, so permission tests read as sentences: ``owner`` (admin key), ``producer`` (producer
+group G), ``consumer`` (consumer group C) and ``outsider`` (a key with no rights).
+"""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from broker.models import ConsumerGroup, ProducerGroup, Topic
+from broker.services.admin import (
+    access_key_create,
+    consumer_group_create,
+    producer_group_create,
+    topic_create,
+)
+
+
+def client_for(token: str | None) -> APIClient:
+    """An API client sending ``Authorization: Bearer <token>`` (none when token is None)."""
+    client = APIClient()
+    if token is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return client_for(None)
+
+
+@pytest.fixture
+def owner(db) -> APIClient:
+    _, token = access_key_create(name="owner", is_admin=True)
+    return client_for(token)
+
+
+@pytest.fixture
+def producer(db) -> APIClient:
+    _, token = access_key_create(name="producer", producer_groups=["G"])
+    return client_for(token)
+
+
+@pytest.fixture
+def consumer(db) -> APIClient:
+    _, token = access_key_create(name="consumer", consumer_groups=["C"])
+    return client_for(token)
+
+
+@pytest.fixture
+def outsider(db) -> APIClient:
+    _, token = access_key_create(name="outsider")
+    return client_for(token)
+
+
+@pytest.fixture
+def topic(db) -> Topic:
+    return topic_create(name="TranTest", queue_nums=4)
+
+
+@pytest.fixture
+def producer_group(db) -> ProducerGroup:
+    """Producer group G; its producers poll for checks (no check_url)."""
+    return producer_group_create(name="G", check_url=None)
+
+
+@pytest.fixture
+def consumer_group(db) -> ConsumerGroup:
+    return consumer_group_create(name="C", max_delivery_attempts=3)
+
+
+@pytest.fixture
+def broker_settings(settings) -> dict[str, int]:
+    """A private copy of ``settings.HALFMOON_SETTINGS`` to change in a test, e.g.
+    ``broker_settings["HALFMOON_TRANSACTION_CHECK_MAX"] = 3``."""
+    settings.HALFMOON_SETTINGS = dict(settings.HALFMOON_SETTINGS)
+    return settings.HALFMOON_SETTINGS
