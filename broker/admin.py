@@ -36,7 +36,15 @@ class ConsumeQueueAdmin(ReadOnlyAdmin):
 
 @admin.register(models.Message)
 class MessageAdmin(ReadOnlyAdmin):
-    list_display = ["commit_log_offset", "topic", "queue_id", "queue_offset", "msg_id", "tags", "store_timestamp"]
+    list_display = [
+        "commit_log_offset",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "msg_id",
+        "tags",
+        "store_timestamp",
+    ]
     list_filter = ["topic"]
     search_fields = ["msg_id", "keys"]
     show_full_result_count = False
@@ -46,7 +54,12 @@ class MessageAdmin(ReadOnlyAdmin):
 class ProducerGroupAdmin(admin.ModelAdmin):
     list_display = ["name", "check_url", "unreachable_since", "last_check_error"]
     search_fields = ["name"]
-    readonly_fields = ["check_secret", "unreachable_since", "last_check_error", "last_poll_timestamp"]
+    readonly_fields = [
+        "check_secret",
+        "unreachable_since",
+        "last_check_error",
+        "last_poll_timestamp",
+    ]
 
 
 @admin.register(models.ConsumerGroup)
@@ -64,7 +77,14 @@ class AccessKeyAdmin(admin.ModelAdmin):
 
 @admin.register(models.Transaction)
 class TransactionAdmin(ReadOnlyAdmin):
-    list_display = ["transaction_id", "producer_group", "topic", "state", "check_times", "born_timestamp"]
+    list_display = [
+        "transaction_id",
+        "producer_group",
+        "topic",
+        "state",
+        "check_times",
+        "born_timestamp",
+    ]
     list_filter = ["state", "producer_group"]
     search_fields = ["transaction_id", "keys"]
     show_full_result_count = False
@@ -72,7 +92,13 @@ class TransactionAdmin(ReadOnlyAdmin):
 
 @admin.register(models.Resolution)
 class ResolutionAdmin(ReadOnlyAdmin):
-    list_display = ["transaction", "action", "resolved_by", "resolved_timestamp", "op_commit_log_offset"]
+    list_display = [
+        "transaction",
+        "action",
+        "resolved_by",
+        "resolved_timestamp",
+        "op_commit_log_offset",
+    ]
     list_filter = ["action", "resolved_by"]
 
 
@@ -95,7 +121,13 @@ class ConsumerOffsetAdmin(ReadOnlyAdmin):
 
 @admin.register(models.Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["consumer_group", "topic", "message", "delivery_attempt", "invisible_until_timestamp"]
+    list_display = [
+        "consumer_group",
+        "topic",
+        "message",
+        "delivery_attempt",
+        "invisible_until_timestamp",
+    ]
 
 
 @admin.register(models.ScanLease)

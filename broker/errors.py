@@ -16,7 +16,9 @@ class HalfmoonError(Exception):
     status_code = 400
     code = "invalid_input"
 
-    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
+    ):
         super().__init__(message)
         self.message = message
         if code is not None:

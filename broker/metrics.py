@@ -23,7 +23,9 @@ class BrokerCollector(Collector):
     rocketmq_finish_message_latency, and halfmoon_checks_total / halfmoon_discarded_total."""
 
     def collect(self) -> Iterator[object]:
-        half = GaugeMetricFamily("rocketmq_half_messages", "Half messages not yet resolved", labels=["topic"])
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages", "Half messages not yet resolved", labels=["topic"]
+        )
         commits = CounterMetricFamily(
             "rocketmq_commit_messages", "Transactions committed", labels=["topic"]
         )
@@ -44,9 +46,13 @@ class BrokerCollector(Collector):
         yield self._latency()
 
         checks = CounterMetricFamily(
-            "halfmoon_checks", "Back-checks by outcome: sent (delivered) or undelivered", labels=["outcome"]
+            "halfmoon_checks",
+            "Back-checks by outcome: sent (delivered) or undelivered",
+            labels=["outcome"],
         )
-        discarded = CounterMetricFamily("halfmoon_discarded", "Transactions discarded by the check scan")
+        discarded = CounterMetricFamily(
+            "halfmoon_discarded", "Transactions discarded by the check scan"
+        )
         counts = dict(TransactionEvent.objects.values_list("kind").annotate(n=Count("pk")))
         checks.add_metric(["sent"], counts.get(TransactionEvent.Kind.CHECK_SENT, 0))
         checks.add_metric(["undelivered"], counts.get(TransactionEvent.Kind.CHECK_UNDELIVERED, 0))
@@ -72,7 +78,10 @@ class BrokerCollector(Collector):
         with connection.cursor() as cursor:
             cursor.execute(sql)
             for topic, count, total_ms, *cumulative in cursor.fetchall():
-                buckets = [(str(b), int(c or 0)) for b, c in zip(FINISH_LATENCY_BUCKETS_S, cumulative, strict=True)]
+                buckets = [
+                    (str(b), int(c or 0))
+                    for b, c in zip(FINISH_LATENCY_BUCKETS_S, cumulative, strict=True)
+                ]
                 buckets.append(("+Inf", int(count)))
                 family.add_metric([topic], buckets, sum_value=(total_ms or 0) / 1000)
         return family

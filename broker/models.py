@@ -40,7 +40,8 @@ class Topic(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(queue_nums__gte=1) & Q(queue_nums__lte=1024), name="topic_queue_nums_range"
+                condition=Q(queue_nums__gte=1) & Q(queue_nums__lte=1024),
+                name="topic_queue_nums_range",
             )
         ]
 
@@ -56,7 +57,9 @@ class ConsumeQueue(models.Model):
     max_offset = models.BigIntegerField(default=0)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["topic", "queue_id"], name="one_consume_queue")]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "queue_id"], name="one_consume_queue")
+        ]
 
     def __str__(self) -> str:
         return f"{self.topic}#{self.queue_id}@{self.max_offset}"
@@ -80,7 +83,9 @@ class Message(models.Model):
     born_timestamp = models.BigIntegerField()
     store_timestamp = models.BigIntegerField(default=now_ms)
     prepared_transaction_offset = models.BigIntegerField(
-        null=True, blank=True, help_text="Commit log offset of the half message this commit delivers"
+        null=True,
+        blank=True,
+        help_text="Commit log offset of the half message this commit delivers",
     )
 
     class Meta:
@@ -204,14 +209,20 @@ class Transaction(models.Model):
         ordering = ["born_timestamp", "transaction_id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["half_queue_id", "half_queue_offset"], name="one_transaction_per_half_offset"
+                fields=["half_queue_id", "half_queue_offset"],
+                name="one_transaction_per_half_offset",
             ),
             models.CheckConstraint(
                 condition=Q(state__in=TransactionState.values), name="transaction_state_valid"
             ),
             models.CheckConstraint(
                 condition=(Q(state="PREPARED", resolved_by__isnull=True))
-                | (Q(state__in=["COMMITTED", "ROLLED_BACK"], resolved_by__in=["producer", "check", "operator"]))
+                | (
+                    Q(
+                        state__in=["COMMITTED", "ROLLED_BACK"],
+                        resolved_by__in=["producer", "check", "operator"],
+                    )
+                )
                 | Q(state="DISCARDED", resolved_by="discard"),
                 name="transaction_resolved_by_matches_state",
             ),
@@ -247,7 +258,9 @@ class Resolution(models.Model):
         COMMIT = "COMMIT"
         ROLLBACK = "ROLLBACK"
 
-    transaction = models.OneToOneField(Transaction, on_delete=models.PROTECT, related_name="resolution")
+    transaction = models.OneToOneField(
+        Transaction, on_delete=models.PROTECT, related_name="resolution"
+    )
     half_queue_id = models.PositiveIntegerField()
     half_queue_offset = models.BigIntegerField()
     action = models.CharField(max_length=8, choices=Action.choices)
@@ -255,7 +268,9 @@ class Resolution(models.Model):
     reason = models.TextField(blank=True, default="")
     resolved_timestamp = models.BigIntegerField(default=now_ms)
     op_commit_log_offset = models.BigIntegerField(
-        null=True, blank=True, help_text="Commit log offset of the Op message naming this half offset"
+        null=True,
+        blank=True,
+        help_text="Commit log offset of the Op message naming this half offset",
     )
 
     class Meta:
@@ -296,7 +311,9 @@ class TransactionEvent(models.Model):
 class CheckRequest(models.Model):
     """A back-check queued for a producer group without ``check_url``, handed to a poller."""
 
-    transaction = models.ForeignKey(Transaction, on_delete=models.CASCADE, related_name="check_requests")
+    transaction = models.ForeignKey(
+        Transaction, on_delete=models.CASCADE, related_name="check_requests"
+    )
     producer_group = models.CharField(max_length=127)
     created_timestamp = models.BigIntegerField(default=now_ms)
     delivered_timestamp = models.BigIntegerField(null=True, blank=True)
@@ -354,7 +371,9 @@ class Delivery(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["consumer_group", "message"], name="one_delivery_per_group")
+            models.UniqueConstraint(
+                fields=["consumer_group", "message"], name="one_delivery_per_group"
+            )
         ]
         indexes = [
             # messages_receive looks for expired deliveries of a group and topic.

@@ -21,14 +21,18 @@ def topic_get(name: str) -> Topic:
     """
     topic = Topic.objects.filter(name=name).first()
     if topic is None:
-        raise NotFound(f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name})
+        raise NotFound(
+            f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name}
+        )
     return topic
 
 
 def topic_queue_offsets(topic: Topic) -> list[dict[str, int]]:
     """Each queue's ``min_offset`` (first stored queue offset) and ``max_offset`` (the next one),
     as RocketMQ's topic status: ``[{"queue_id", "min_offset", "max_offset"}]``."""
-    maxima = dict(ConsumeQueue.objects.filter(topic=topic.name).values_list("queue_id", "max_offset"))
+    maxima = dict(
+        ConsumeQueue.objects.filter(topic=topic.name).values_list("queue_id", "max_offset")
+    )
     minima = dict(
         Message.objects.filter(topic=topic.name)
         .values("queue_id")
@@ -36,7 +40,11 @@ def topic_queue_offsets(topic: Topic) -> list[dict[str, int]]:
         .values_list("queue_id", "m")
     )
     return [
-        {"queue_id": q, "min_offset": minima.get(q, maxima.get(q, 0)), "max_offset": maxima.get(q, 0)}
+        {
+            "queue_id": q,
+            "min_offset": minima.get(q, maxima.get(q, 0)),
+            "max_offset": maxima.get(q, 0),
+        }
         for q in range(topic.queue_nums)
     ]
 
@@ -59,14 +67,21 @@ def message_get(msg_id: str, *, producer_groups: list[str] | None = None) -> Mes
             return message
     if messages:
         return messages[-1]
-    raise NotFound(f"Message {msg_id} does not exist.", code="message_not_found", details={"msg_id": msg_id})
+    raise NotFound(
+        f"Message {msg_id} does not exist.", code="message_not_found", details={"msg_id": msg_id}
+    )
 
 
-def messages_by_key(*, topic: str, key: str, producer_groups: list[str] | None = None) -> QuerySet[Message]:
+def messages_by_key(
+    *, topic: str, key: str, producer_groups: list[str] | None = None
+) -> QuerySet[Message]:
     """Messages of ``topic`` whose space-separated ``keys`` contain ``key`` (RocketMQ
     queryMessage by key), oldest first."""
     qs = Message.objects.filter(topic=topic).filter(
-        Q(keys=key) | Q(keys__startswith=f"{key} ") | Q(keys__endswith=f" {key}") | Q(keys__contains=f" {key} ")
+        Q(keys=key)
+        | Q(keys__startswith=f"{key} ")
+        | Q(keys__endswith=f" {key}")
+        | Q(keys__contains=f" {key} ")
     )
     if producer_groups is not None:
         qs = qs.filter(producer_group__in=producer_groups)
@@ -104,4 +119,3 @@ def transaction_list(
     if producer_groups is not None:
         qs = qs.filter(producer_group__in=producer_groups)
     return qs.order_by("born_timestamp", "transaction_id")
-

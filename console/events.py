@@ -1,21 +1,27 @@
 """Transaction events pushed to the console's websocket, and the one helper that sends them.
 
 Services call ``transaction_event_publish`` through ``transaction.on_commit`` so nothing is
-announced for a write that rolled back. A failure to reach the channel layer is logged and
-never fails the write that caused it.
+announced for a write that rolled back. Publishing never delays the request or task that caused
+it: events go onto an in-process queue drained by one background thread with its own event loop
+(so channels-redis keeps one connection pool). The feed is best effort: an event the channel
+layer cannot take is logged and dropped; the write itself is already durable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import queue
+import threading
 from typing import Literal, TypedDict
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 logger = logging.getLogger("halfmoon.console")
 
 TRANSACTIONS_GROUP = "console.transactions"
+QUEUE_LIMIT = 10_000  # events waiting to be published; beyond it new events are dropped
 
 
 class TransactionEvent(TypedDict):
@@ -31,12 +37,60 @@ class TransactionEvent(TypedDict):
     timestamp: int
 
 
+class _Publisher:
+    """One daemon thread per process that sends queued events to the channel layer."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[TransactionEvent] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, event: TransactionEvent) -> None:
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            logger.warning(
+                "console feed queue full: dropped %s of %s", event["kind"], event["transaction_id"]
+            )
+
+    def _ensure_thread(self) -> None:
+        # A forked child (Celery prefork) inherits no thread: start one per process id.
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                self._queue = queue.Queue(maxsize=QUEUE_LIMIT)
+                threading.Thread(target=self._run, name="console-feed", daemon=True).start()
+                self._pid = os.getpid()
+
+    def _run(self) -> None:
+        # Block in this daemon thread (an executor thread would keep the process from exiting)
+        # and reuse one event loop, so channels-redis keeps one connection pool.
+        events = self._queue
+        loop = asyncio.new_event_loop()
+        layer = get_channel_layer()
+        while True:
+            event = events.get()
+            if layer is None:
+                continue
+            try:
+                loop.run_until_complete(layer.group_send(TRANSACTIONS_GROUP, event))
+            except Exception:  # noqa: BLE001 - best effort, see module docstring
+                logger.warning(
+                    "could not publish %s of %s",
+                    event["kind"],
+                    event["transaction_id"],
+                    exc_info=True,
+                )
+
+
+_publisher = _Publisher()
+
+
 def transaction_event_publish(event: TransactionEvent) -> None:
-    """Send ``event`` to every connected console websocket (group ``console.transactions``)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(TRANSACTIONS_GROUP, event)
-    except Exception:  # noqa: BLE001 - the console is best effort; the write is already durable
-        logger.warning("could not publish %s of %s", event["kind"], event["transaction_id"], exc_info=True)
+    """Queue ``event`` for every connected console websocket (group ``console.transactions``).
+
+    Returns at once; the background thread sends it.
+    """
+    _publisher.submit(event)

@@ -18,7 +18,9 @@ def env_str(name: str, default: str) -> str:
     return value if value != "" else default
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     """Return ``name`` as an int, or ``default`` when unset.
 
     Raises:

@@ -1,7 +1,7 @@
 """Django settings for Halfmoon, read from the environment.
 
-Every broker setting keeps its RocketMQ name and default; the table in README.md is tested
-against ``HALFMOON_SETTINGS`` below (tests/test_settings_doc.py).
+Every broker setting keeps its RocketMQ name and default (halfmoon/broker_settings.py); the
+table in README.md is rendered from the same list and tested against it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -18,7 +19,11 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "halfmoon-insecure-development-key-change-me")
 DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h
+    for h in env_str("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",")
+    if h
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -115,43 +120,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
-# --- Broker settings (RocketMQ names in brackets) ---------------------------------------------
+# --- Broker settings (RocketMQ names and defaults; see halfmoon/broker_settings.py) -----------
 HALFMOON_SETTINGS: dict[str, int] = {
-    # transactionTimeOut: a half message is first checked no earlier than this after its birth.
-    "HALFMOON_TRANSACTION_TIMEOUT_MS": env_int("HALFMOON_TRANSACTION_TIMEOUT_MS", 6000, minimum=0),
-    # transactionCheckMax: checks sent before a transaction is discarded.
-    "HALFMOON_TRANSACTION_CHECK_MAX": env_int("HALFMOON_TRANSACTION_CHECK_MAX", 15, minimum=1),
-    # transactionCheckInterval: at most one check per transaction per interval.
-    "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": env_int(
-        "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS", 30000, minimum=100
-    ),
-    # fileReservedTime: half messages older than this are discarded whatever their count.
-    "HALFMOON_FILE_RESERVED_HOURS": env_int("HALFMOON_FILE_RESERVED_HOURS", 72, minimum=1),
-    # transactionOpBatchInterval / transactionOpMsgMaxSize (RIP-50).
-    "HALFMOON_OP_BATCH_INTERVAL_MS": env_int("HALFMOON_OP_BATCH_INTERVAL_MS", 3000, minimum=10),
-    "HALFMOON_OP_MSG_MAX_SIZE": env_int("HALFMOON_OP_MSG_MAX_SIZE", 4096, minimum=16),
-    # Half queues of RMQ_SYS_TRANS_HALF_TOPIC (RocketMQ has one; Halfmoon shards by transaction id).
-    "HALFMOON_HALF_QUEUE_NUMS": env_int("HALFMOON_HALF_QUEUE_NUMS", 4, minimum=1, maximum=64),
-    # maxMessageSize: body limit in bytes.
-    "HALFMOON_MAX_MESSAGE_SIZE": env_int("HALFMOON_MAX_MESSAGE_SIZE", 4 * 1024 * 1024, minimum=1),
-    # Properties limit in bytes (all keys and values, UTF-8).
-    "HALFMOON_MAX_PROPERTIES_SIZE": env_int("HALFMOON_MAX_PROPERTIES_SIZE", 32 * 1024, minimum=1),
-    # How often beat starts a scan of the half queues, whole seconds (the scan is an index read).
-    "HALFMOON_CHECK_SCAN_INTERVAL_MS": env_int("HALFMOON_CHECK_SCAN_INTERVAL_MS", 1000, minimum=1000),
-    # Timeout of one back-check HTTP request (connect and read).
-    "HALFMOON_CHECK_REQUEST_TIMEOUT_MS": env_int(
-        "HALFMOON_CHECK_REQUEST_TIMEOUT_MS", 5000, minimum=100
-    ),
-    # Transactions claimed for checking per half queue per scan.
-    "HALFMOON_CHECK_BATCH_SIZE": env_int("HALFMOON_CHECK_BATCH_SIZE", 200, minimum=1),
-    # Back-checks sent at once (HTTP requests in flight) per scan.
-    "HALFMOON_CHECK_CONCURRENCY": env_int("HALFMOON_CHECK_CONCURRENCY", 32, minimum=1),
-    # First retry delay after a check could not be delivered; doubles up to the check interval.
-    "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS": env_int(
-        "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS", 1000, minimum=10
-    ),
-    # Default max_delivery_attempts of a new consumer group (RocketMQ maxReconsumeTimes 16).
-    "HALFMOON_MAX_DELIVERY_ATTEMPTS": env_int("HALFMOON_MAX_DELIVERY_ATTEMPTS", 16, minimum=1),
+    spec.name: env_int(spec.name, spec.default, minimum=spec.minimum, maximum=spec.maximum)
+    for spec in BROKER_SETTINGS
 }
 
 # Request bodies: a 4 MiB body is ~5.6 MB as base64, plus properties and JSON framing.
@@ -186,6 +158,9 @@ SPECTACULAR_SETTINGS = {
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# uvicorn serves no files: halfmoon.asgi answers /static/ (the admin's and the offline Swagger
+# UI's sidecar assets) with Django's ASGIStaticFilesHandler, straight from the app directories,
+# so no collectstatic step is needed and the API's requests never pass a sync-only middleware.
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

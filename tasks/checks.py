@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 
 from celery import shared_task
@@ -15,7 +16,13 @@ from broker.services.leases import lease_acquire, lease_release
 
 logger = logging.getLogger("halfmoon.tasks")
 
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+def _lease_owner() -> str:
+    """A lease owner naming this one task run: host, pid and a random part. Computed per call:
+    Celery's prefork children are forked after this module is imported (a module constant would
+    hold the parent's pid for all of them) and a threads pool shares one pid, so two scans of
+    one queue in the same worker must not look like the same owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def _lease_ttl_ms() -> int:
@@ -41,7 +48,8 @@ def check_half_queue(queue_id: int) -> dict[str, int] | None:
     still running is never started twice).
     """
     name = f"check:{queue_id}"
-    if not lease_acquire(name=name, owner=WORKER_ID, ttl_ms=_lease_ttl_ms()):
+    owner = _lease_owner()
+    if not lease_acquire(name=name, owner=owner, ttl_ms=_lease_ttl_ms()):
         return None
     totals: dict[str, int] = {}
     try:
@@ -51,9 +59,10 @@ def check_half_queue(queue_id: int) -> dict[str, int] | None:
                 totals[key] = totals.get(key, 0) + value
             if counts["due"] < setting("HALFMOON_CHECK_BATCH_SIZE"):
                 break
-            lease_acquire(name=name, owner=WORKER_ID, ttl_ms=_lease_ttl_ms())
+            if not lease_acquire(name=name, owner=owner, ttl_ms=_lease_ttl_ms()):
+                break  # the lease expired and another worker took the queue over
     finally:
-        lease_release(name=name, owner=WORKER_ID)
+        lease_release(name=name, owner=owner)
     if totals.get("due"):
         logger.info("half queue %d: %s", queue_id, totals)
     return totals

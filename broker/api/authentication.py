@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
@@ -45,7 +46,9 @@ class AccessKeyAuthentication(BaseAuthentication):
         try:
             scheme, _, token = header.decode("latin-1").partition(" ")
         except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
-            raise exceptions.AuthenticationFailed("The Authorization header is unreadable.") from exc
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header is unreadable."
+            ) from exc
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <token>'.")
@@ -62,3 +65,18 @@ class AccessKeyAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="halfmoon"'
+
+
+class AccessKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """Declares the access keys in the OpenAPI schema (``Authorization: Bearer <token>``), so
+    the schema names how to authenticate and /api/docs/ offers its Authorize button."""
+
+    target_class = AccessKeyAuthentication
+    name = "accessKey"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An access key made by `python manage.py create_access_key`.",
+        }

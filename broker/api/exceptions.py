@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from broker.errors import HalfmoonError
@@ -18,13 +19,19 @@ logger = logging.getLogger("halfmoon.api")
 
 _DRF_CODES: dict[type[exceptions.APIException], tuple[str, str]] = {
     exceptions.ParseError: ("malformed_request", "The request body is not valid JSON."),
-    exceptions.NotAuthenticated: ("not_authenticated", "An access key is required: 'Authorization: Bearer <token>'."),
+    exceptions.NotAuthenticated: (
+        "not_authenticated",
+        "An access key is required: 'Authorization: Bearer <token>'.",
+    ),
     exceptions.AuthenticationFailed: ("authentication_failed", ""),
     exceptions.PermissionDenied: ("permission_denied", ""),
     exceptions.NotFound: ("not_found", "No such resource."),
     exceptions.MethodNotAllowed: ("method_not_allowed", ""),
     exceptions.NotAcceptable: ("not_acceptable", "Only application/json responses are available."),
-    exceptions.UnsupportedMediaType: ("unsupported_media_type", "Send the body as application/json."),
+    exceptions.UnsupportedMediaType: (
+        "unsupported_media_type",
+        "Send the body as application/json.",
+    ),
     exceptions.Throttled: ("throttled", ""),
 }
 
@@ -43,12 +50,24 @@ def _plain(detail: Any) -> Any:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's EXCEPTION_HANDLER: HalfmoonError and DRF/Django errors -> the contract's body."""
+    """DRF's EXCEPTION_HANDLER: HalfmoonError and DRF/Django errors -> the contract's body,
+    always rendered as JSON, even by views whose renderers are YAML or HTML (the schema and
+    docs views), so no error is ever answered as a YAML document or an HTML page."""
+    response = _error_response(exc, context)
+    request = context.get("request")
+    if response is not None and request is not None:
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = JSONRenderer.media_type
+    return response
+
+
+def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, HalfmoonError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
     if isinstance(exc, RequestDataTooBig):
         return Response(
-            error_body("request_too_large", "The request body is larger than the broker accepts."), status=413
+            error_body("request_too_large", "The request body is larger than the broker accepts."),
+            status=413,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -66,12 +85,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if not isinstance(details, dict):
             details = {"non_field_errors": details}
         fields = ", ".join(sorted(details))
-        body = error_body("invalid_input", f"The request is invalid: check {fields}.", {"fields": details})
+        body = error_body(
+            "invalid_input", f"The request is invalid: check {fields}.", {"fields": details}
+        )
         return Response(body, status=400, headers=headers)
     code, message = next(
         (v for cls, v in _DRF_CODES.items() if isinstance(exc, cls)), ("error", "")
     )
-    return Response(error_body(code, message or str(exc.detail)), status=exc.status_code, headers=headers)
+    return Response(
+        error_body(code, message or str(exc.detail)), status=exc.status_code, headers=headers
+    )
 
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
@@ -81,14 +104,20 @@ def not_found_view(request: HttpRequest, exception: Exception | None = None) -> 
 
 def server_error_view(request: HttpRequest) -> JsonResponse:
     """handler500: JSON, never an HTML page (the error itself is logged by Django)."""
-    return JsonResponse(error_body("internal_error", "The broker failed to handle this request."), status=500)
+    return JsonResponse(
+        error_body("internal_error", "The broker failed to handle this request."), status=500
+    )
 
 
 def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     """handler400 (e.g. a disallowed Host header)."""
-    return JsonResponse(error_body("bad_request", "The request could not be understood."), status=400)
+    return JsonResponse(
+        error_body("bad_request", "The request could not be understood."), status=400
+    )
 
 
-def permission_denied_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+def permission_denied_view(
+    request: HttpRequest, exception: Exception | None = None
+) -> JsonResponse:
     """handler403."""
     return JsonResponse(error_body("permission_denied", "Not allowed."), status=403)

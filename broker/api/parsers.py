@@ -15,7 +15,9 @@ from broker.errors import TooLarge
 
 
 class LimitedJSONParser(JSONParser):
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(
+        self, stream: Any, media_type: str | None = None, parser_context: dict | None = None
+    ) -> Any:
         request = (parser_context or {}).get("request")
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         if request is not None and limit is not None:

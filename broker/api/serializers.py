@@ -17,7 +17,11 @@ from broker.constants import (
 )
 from broker.models import ConsumerGroup, Message, ProducerGroup, Topic, Transaction
 
-name_validator = RegexValidator(NAME_PATTERN, "Must match ^[%|a-zA-Z0-9_-]{1,127}$.", code="invalid_name")
+name_validator = RegexValidator(
+    NAME_PATTERN,
+    "Must match ^[%%|a-zA-Z0-9_-]{1,127}$.",
+    code="invalid_name",  # %% : message % params
+)
 msg_id_validator = RegexValidator(
     r"^[A-Za-z0-9_.:-]{1,64}$", "1-64 characters of A-Z a-z 0-9 _ . : -", code="invalid_msg_id"
 )
@@ -44,7 +48,9 @@ class MessageInSerializer(serializers.Serializer):
     body = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     body_base64 = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     properties = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, default=dict
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -77,11 +83,15 @@ class TransactionEndInSerializer(serializers.Serializer):
     producer_group = NameField()
     action = serializers.ChoiceField(choices=["commit", "rollback", "unknown"])
     from_transaction_check = serializers.BooleanField(required=False, default=False)
-    remark = serializers.CharField(required=False, allow_null=True, allow_blank=True, default=None, max_length=1024)
+    remark = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
+    )
 
 
 class TransactionListQuerySerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"], required=False)
+    state = serializers.ChoiceField(
+        choices=["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"], required=False
+    )
     producer_group = NameField(required=False)
     topic = NameField(required=False)
 
@@ -116,9 +126,13 @@ class ReceiveInSerializer(serializers.Serializer):
         min_value=RECEIVE_MAX_MESSAGES[0], max_value=RECEIVE_MAX_MESSAGES[1], default=32
     )
     invisible_duration_ms = serializers.IntegerField(
-        min_value=RECEIVE_INVISIBLE_DURATION_MS[0], max_value=RECEIVE_INVISIBLE_DURATION_MS[1], default=30000
+        min_value=RECEIVE_INVISIBLE_DURATION_MS[0],
+        max_value=RECEIVE_INVISIBLE_DURATION_MS[1],
+        default=30000,
     )
-    wait_ms = serializers.IntegerField(min_value=RECEIVE_WAIT_MS[0], max_value=RECEIVE_WAIT_MS[1], default=0)
+    wait_ms = serializers.IntegerField(
+        min_value=RECEIVE_WAIT_MS[0], max_value=RECEIVE_WAIT_MS[1], default=0
+    )
 
 
 class AckInSerializer(serializers.Serializer):
@@ -157,8 +171,14 @@ class TopicDetailOutSerializer(TopicOutSerializer):
 class ProducerGroupOutSerializer(serializers.ModelSerializer):
     class Meta:
         model = ProducerGroup
-        fields = ["name", "check_url", "created_timestamp", "unreachable_since", "last_check_error",
-                  "last_poll_timestamp"]
+        fields = [
+            "name",
+            "check_url",
+            "created_timestamp",
+            "unreachable_since",
+            "last_check_error",
+            "last_poll_timestamp",
+        ]
 
 
 class ProducerGroupCreatedSerializer(serializers.ModelSerializer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -14,7 +14,12 @@ from rest_framework.views import APIView
 
 from broker import selectors
 from broker.api import serializers as s
-from broker.api.permissions import IsAdminKey, require_any_producer, require_consumer, require_producer
+from broker.api.permissions import (
+    IsAdminKey,
+    require_any_producer,
+    require_consumer,
+    require_producer,
+)
 from broker.errors import Forbidden, NotFound
 from broker.models import ConsumerGroup, ProducerGroup
 from broker.services import admin, checks, consumers, messages, transactions
@@ -54,12 +59,16 @@ class TransactionPagination(PageNumberPagination):
 class TopicListCreateView(APIView):
     permission_classes = [IsAdminKey]
 
-    @extend_schema(responses={200: s.TopicOutSerializer(many=True), **ERRORS}, summary="List topics")
+    @extend_schema(
+        responses={200: s.TopicOutSerializer(many=True), **ERRORS}, summary="List topics"
+    )
     def get(self, request: Request) -> Response:
         return Response(s.TopicOutSerializer(selectors.topic_list(), many=True).data)
 
     @extend_schema(
-        request=s.TopicInSerializer, responses={201: s.TopicOutSerializer, **_errors(409)}, summary="Create a topic"
+        request=s.TopicInSerializer,
+        responses={201: s.TopicOutSerializer, **_errors(409)},
+        summary="Create a topic",
     )
     def post(self, request: Request) -> Response:
         data = _valid(s.TopicInSerializer, request.data)
@@ -83,7 +92,10 @@ class TopicDetailView(APIView):
 class ProducerGroupListCreateView(APIView):
     permission_classes = [IsAdminKey]
 
-    @extend_schema(responses={200: s.ProducerGroupOutSerializer(many=True), **ERRORS}, summary="List producer groups")
+    @extend_schema(
+        responses={200: s.ProducerGroupOutSerializer(many=True), **ERRORS},
+        summary="List producer groups",
+    )
     def get(self, request: Request) -> Response:
         return Response(s.ProducerGroupOutSerializer(ProducerGroup.objects.all(), many=True).data)
 
@@ -95,17 +107,23 @@ class ProducerGroupListCreateView(APIView):
     def post(self, request: Request) -> Response:
         data = _valid(s.ProducerGroupInSerializer, request.data)
         group = admin.producer_group_create(name=data["name"], check_url=data["check_url"])
-        return Response(s.ProducerGroupCreatedSerializer(group).data, status=status.HTTP_201_CREATED)
+        return Response(
+            s.ProducerGroupCreatedSerializer(group).data, status=status.HTTP_201_CREATED
+        )
 
 
 class ProducerGroupDetailView(APIView):
     permission_classes = [IsAdminKey]
 
-    @extend_schema(responses={200: s.ProducerGroupOutSerializer, **_errors(404)}, summary="A producer group")
+    @extend_schema(
+        responses={200: s.ProducerGroupOutSerializer, **_errors(404)}, summary="A producer group"
+    )
     def get(self, request: Request, name: str) -> Response:
         group = ProducerGroup.objects.filter(name=name).first()
         if group is None:
-            raise NotFound(f"Producer group {name} does not exist.", code="producer_group_not_found")
+            raise NotFound(
+                f"Producer group {name} does not exist.", code="producer_group_not_found"
+            )
         return Response(s.ProducerGroupOutSerializer(group).data)
 
     @extend_schema(
@@ -129,9 +147,13 @@ class CheckRequestsView(APIView):
         require_producer(request, name)
         query = _valid(s.CheckRequestsQuerySerializer, request.query_params)
         if not ProducerGroup.objects.filter(name=name).exists():
-            raise NotFound(f"Producer group {name} does not exist.", code="producer_group_not_found")
+            raise NotFound(
+                f"Producer group {name} does not exist.", code="producer_group_not_found"
+            )
         found = poll_until(
-            lambda: checks.check_requests_poll(producer_group=name, max_requests=query["max_requests"]),
+            lambda: checks.check_requests_poll(
+                producer_group=name, max_requests=query["max_requests"]
+            ),
             wait_ms=query["wait_ms"],
         )
         return Response({"check_requests": found})
@@ -140,7 +162,10 @@ class CheckRequestsView(APIView):
 class ConsumerGroupListCreateView(APIView):
     permission_classes = [IsAdminKey]
 
-    @extend_schema(responses={200: s.ConsumerGroupOutSerializer(many=True), **ERRORS}, summary="List consumer groups")
+    @extend_schema(
+        responses={200: s.ConsumerGroupOutSerializer(many=True), **ERRORS},
+        summary="List consumer groups",
+    )
     def get(self, request: Request) -> Response:
         return Response(s.ConsumerGroupOutSerializer(ConsumerGroup.objects.all(), many=True).data)
 
@@ -228,7 +253,9 @@ class TransactionListCreateView(APIView):
         request=s.TransactionPrepareInSerializer,
         responses={
             201: s.TransactionPrepareOutSerializer,
-            200: OpenApiResponse(s.TransactionPrepareOutSerializer, description="msg_id already stored"),
+            200: OpenApiResponse(
+                s.TransactionPrepareOutSerializer, description="msg_id already stored"
+            ),
             **_errors(404, 409, 413),
         },
         summary="Send a half message",
@@ -272,7 +299,9 @@ class TransactionListCreateView(APIView):
 
 
 class TransactionDetailView(APIView):
-    @extend_schema(responses={200: s.TransactionOutSerializer, **_errors(404)}, summary="One transaction")
+    @extend_schema(
+        responses={200: s.TransactionOutSerializer, **_errors(404)}, summary="One transaction"
+    )
     def get(self, request: Request, transaction_id: str) -> Response:
         tx = selectors.transaction_get(transaction_id)
         if not request.user.may_produce(tx.producer_group):
@@ -325,10 +354,14 @@ class ReceiveView(APIView):
 
 class AckView(APIView):
     @extend_schema(
-        request=s.AckInSerializer, responses={200: s.AckOutSerializer, **ERRORS}, summary="Ack received messages"
+        request=s.AckInSerializer,
+        responses={200: s.AckOutSerializer, **ERRORS},
+        summary="Ack received messages",
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
         data = _valid(s.AckInSerializer, request.data)
-        acked, failed = consumers.messages_ack(consumer_group=group, receipt_handles=data["receipt_handles"])
+        acked, failed = consumers.messages_ack(
+            consumer_group=group, receipt_handles=data["receipt_handles"]
+        )
         return Response({"acked": acked, "failed": failed})

@@ -38,7 +38,9 @@ def topic_create(*, name: str, queue_nums: int) -> Topic:
     """
     _check_name("topic", name)
     if is_system_topic(name):
-        raise InvalidInput(f"{name} is a system topic name.", code="system_topic", details={"name": name})
+        raise InvalidInput(
+            f"{name} is a system topic name.", code="system_topic", details={"name": name}
+        )
     if not 1 <= queue_nums <= 1024:
         raise InvalidInput("queue_nums must be between 1 and 1024.", code="invalid_queue_nums")
     try:
@@ -48,7 +50,9 @@ def topic_create(*, name: str, queue_nums: int) -> Topic:
                 [ConsumeQueue(topic=name, queue_id=q) for q in range(queue_nums)]
             )
     except IntegrityError as exc:
-        raise Conflict(f"Topic {name} already exists.", code="topic_exists", details={"name": name}) from exc
+        raise Conflict(
+            f"Topic {name} already exists.", code="topic_exists", details={"name": name}
+        ) from exc
     return topic
 
 
@@ -68,7 +72,9 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
             )
     except IntegrityError as exc:
         raise Conflict(
-            f"Producer group {name} already exists.", code="producer_group_exists", details={"name": name}
+            f"Producer group {name} already exists.",
+            code="producer_group_exists",
+            details={"name": name},
         ) from exc
 
 
@@ -96,13 +102,17 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     _check_name("consumer group", name)
     attempts = max_delivery_attempts or setting("HALFMOON_MAX_DELIVERY_ATTEMPTS")
     if attempts < 1:
-        raise InvalidInput("max_delivery_attempts must be at least 1.", code="invalid_max_delivery_attempts")
+        raise InvalidInput(
+            "max_delivery_attempts must be at least 1.", code="invalid_max_delivery_attempts"
+        )
     try:
         with transaction.atomic():
             return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
     except IntegrityError as exc:
         raise Conflict(
-            f"Consumer group {name} already exists.", code="consumer_group_exists", details={"name": name}
+            f"Consumer group {name} already exists.",
+            code="consumer_group_exists",
+            details={"name": name},
         ) from exc
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
-import hmac
 import json
 import logging
 from dataclasses import dataclass
@@ -42,19 +40,20 @@ from broker.models import (
 from broker.services.transactions import (
     DISCARD_CHECK_MAX,
     DISCARD_FILE_RESERVED_TIME,
+    transaction_announce,
     transaction_discard,
     transaction_end,
 )
+from broker.signing import SIGNATURE_HEADER, sign_check_body
 
 logger = logging.getLogger("halfmoon.checks")
 
-SIGNATURE_HEADER = "X-Halfmoon-Signature"
-CHECK_STATES = {"COMMIT_MESSAGE": "commit", "ROLLBACK_MESSAGE": "rollback", "UNKNOW": "unknown", "UNKNOWN": "unknown"}
-
-
-def check_signature(secret: str, body: bytes) -> str:
-    """``sha256=<hex HMAC-SHA256 of body keyed with the UTF-8 bytes of secret>`` (api-v1)."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+CHECK_STATES = {
+    "COMMIT_MESSAGE": "commit",
+    "ROLLBACK_MESSAGE": "rollback",
+    "UNKNOW": "unknown",
+    "UNKNOWN": "unknown",
+}
 
 
 def check_payload(tx: Transaction, half: Message, check_times: int) -> dict[str, Any]:
@@ -167,7 +166,7 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
                         transaction_id=tx.transaction_id,
                         producer_group=group.name,
                         check_url=group.check_url,
-                        signature=check_signature(group.check_secret, body),
+                        signature=sign_check_body(group.check_secret, body),
                         body=body,
                         check_times=tx.check_times + 1,
                     )
@@ -176,12 +175,14 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
                 # Its last request waited a whole interval and no producer polled for it.
                 unreachable.add(group.name)
             else:
-                CheckRequest.objects.create(transaction=tx, producer_group=group.name, created_timestamp=now)
+                CheckRequest.objects.create(
+                    transaction=tx, producer_group=group.name, created_timestamp=now
+                )
         Transaction.objects.bulk_update(leased, ["next_check_timestamp"])
         if unreachable:
-            ProducerGroup.objects.filter(name__in=unreachable, unreachable_since__isnull=True).update(
-                unreachable_since=now
-            )
+            ProducerGroup.objects.filter(
+                name__in=unreachable, unreachable_since__isnull=True
+            ).update(unreachable_since=now)
             ProducerGroup.objects.filter(name__in=unreachable).update(
                 last_check_error="no producer polled for check requests"
             )
@@ -218,14 +219,31 @@ async def _send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
                     content=job.body,
                     headers={"Content-Type": "application/json", SIGNATURE_HEADER: job.signature},
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
-                    httpx.InvalidURL) as exc:
-                return CheckOutcome(job, delivered=False, action=None, error=f"{type(exc).__name__}: {exc}")
+            except (
+                httpx.ConnectError,
+                httpx.ConnectTimeout,
+                httpx.PoolTimeout,
+                httpx.UnsupportedProtocol,
+                httpx.InvalidURL,
+            ) as exc:
+                return CheckOutcome(
+                    job, delivered=False, action=None, error=f"{type(exc).__name__}: {exc}"
+                )
             except httpx.HTTPError as exc:  # sent, then timed out or broke: UNKNOW for this round
-                return CheckOutcome(job, delivered=True, action="unknown", error=f"{type(exc).__name__}: {exc}")
-            return CheckOutcome(job, delivered=True, action=_parse_answer(response), status_code=response.status_code)
+                return CheckOutcome(
+                    job, delivered=True, action="unknown", error=f"{type(exc).__name__}: {exc}"
+                )
+            return CheckOutcome(
+                job,
+                delivered=True,
+                action=_parse_answer(response),
+                status_code=response.status_code,
+            )
 
-    async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client:
+    # trust_env=False: checks go straight to the producer, never through an HTTP(S)_PROXY.
+    async with httpx.AsyncClient(
+        timeout=timeout_s, follow_redirects=False, trust_env=False
+    ) as client:
         return list(await asyncio.gather(*(send(client, job) for job in jobs)))
 
 
@@ -237,8 +255,9 @@ def checks_send(jobs: list[CheckJob]) -> list[CheckOutcome]:
     return asyncio.run(_send_all(jobs))
 
 
-def check_delivered_record(*, transaction_id: str, producer_group: str, channel: str, now: int,
-                           detail: dict[str, Any]) -> int:
+def check_delivered_record(
+    *, transaction_id: str, producer_group: str, channel: str, now: int, detail: dict[str, Any]
+) -> int:
     """Count one delivered check of ``transaction_id`` and mark its group reachable.
 
     Returns the transaction's check_times after counting. Inside the caller's atomic().
@@ -246,18 +265,19 @@ def check_delivered_record(*, transaction_id: str, producer_group: str, channel:
     Transaction.objects.filter(pk=transaction_id).update(
         check_times=F("check_times") + 1, last_check_timestamp=now, undelivered_checks=0
     )
-    check_times = Transaction.objects.values_list("check_times", flat=True).get(pk=transaction_id)
+    tx = Transaction.objects.get(pk=transaction_id)
     TransactionEvent.objects.create(
-        transaction_id=transaction_id,
+        transaction=tx,
         kind=TransactionEvent.Kind.CHECK_SENT,
         timestamp=now,
-        check_times=check_times,
+        check_times=tx.check_times,
         detail={"channel": channel, **detail},
     )
+    transaction_announce(tx, "check_sent")
     ProducerGroup.objects.filter(name=producer_group).exclude(
         unreachable_since__isnull=True, last_check_error=""
     ).update(unreachable_since=None, last_check_error="")
-    return check_times
+    return tx.check_times
 
 
 def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None) -> None:
@@ -281,7 +301,11 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
                     producer_group=job.producer_group,
                     channel="http",
                     now=now,
-                    detail={"status_code": outcome.status_code, "answer": outcome.action, "error": outcome.error},
+                    detail={
+                        "status_code": outcome.status_code,
+                        "answer": outcome.action,
+                        "error": outcome.error,
+                    },
                 )
             if outcome.action in ("commit", "rollback"):
                 try:
@@ -292,7 +316,9 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
                         from_transaction_check=True,
                     )
                 except HalfmoonError as exc:
-                    logger.info("check answer for %s not applied: %s", job.transaction_id, exc.message)
+                    logger.info(
+                        "check answer for %s not applied: %s", job.transaction_id, exc.message
+                    )
             continue
         with transaction.atomic():
             tx = (
@@ -312,10 +338,13 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
                     check_times=tx.check_times,
                     detail={"channel": "http", "error": outcome.error, "retry_in_ms": backoff},
                 )
-            ProducerGroup.objects.filter(name=job.producer_group, unreachable_since__isnull=True).update(
-                unreachable_since=now
+                transaction_announce(tx, "check_undelivered")
+            ProducerGroup.objects.filter(
+                name=job.producer_group, unreachable_since__isnull=True
+            ).update(unreachable_since=now)
+            ProducerGroup.objects.filter(name=job.producer_group).update(
+                last_check_error=outcome.error[:500]
             )
-            ProducerGroup.objects.filter(name=job.producer_group).update(last_check_error=outcome.error[:500])
 
 
 def check_round(*, half_queue_id: int) -> dict[str, int]:
@@ -364,7 +393,11 @@ def check_requests_poll(*, producer_group: str, max_requests: int = 32) -> list[
             request.delivered_timestamp = now
             request.save(update_fields=["delivered_timestamp"])
             check_times = check_delivered_record(
-                transaction_id=tx.pk, producer_group=producer_group, channel="poll", now=now, detail={}
+                transaction_id=tx.pk,
+                producer_group=producer_group,
+                channel="poll",
+                now=now,
+                detail={},
             )
             out.append(check_payload(tx, halves[tx.half_commit_log_offset], check_times))
     return out

@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from broker.constants import (
+    CHECK_MAX_TIME_TOPIC,
     PROPERTY_DELIVERY_ATTEMPT,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
     dlq_topic,
 )
-from broker.errors import NotFound
+from broker.errors import Forbidden, NotFound
 from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, Topic, now_ms
 from broker.services.storage import message_put, system_topic_ensure
+
 
 @dataclass(frozen=True)
 class Received:
@@ -79,19 +82,33 @@ def messages_receive(
 
     Raises:
         NotFound: ``consumer_group_not_found``, ``topic_not_found``.
+        Forbidden: ``system_topic``: half and Op messages (RMQ_SYS_*) and discarded ones
+            (TRANS_CHECK_MAX_TIME_TOPIC) are never delivered; %DLQ%* and %RETRY%* may be received.
     """
     group = ConsumerGroup.objects.filter(name=consumer_group).first()
     if group is None:
-        raise NotFound(f"Consumer group {consumer_group} does not exist.", code="consumer_group_not_found")
+        raise NotFound(
+            f"Consumer group {consumer_group} does not exist.", code="consumer_group_not_found"
+        )
+    if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == CHECK_MAX_TIME_TOPIC:
+        raise Forbidden(
+            f"Consumers may not receive from the system topic {topic}.",
+            code="system_topic",
+            details={"topic": topic},
+        )
     topic_obj = Topic.objects.filter(name=topic).first()
     if topic_obj is None:
-        raise NotFound(f"Topic {topic} does not exist.", code="topic_not_found", details={"topic": topic})
+        raise NotFound(
+            f"Topic {topic} does not exist.", code="topic_not_found", details={"topic": topic}
+        )
     now = now_ms()
     until = now + invisible_duration_ms
     out: list[Received] = []
     with transaction.atomic():
         expired = list(
-            Delivery.objects.select_for_update(skip_locked=True)
+            # of=self: lock the group's own delivery rows only, not the shared Message rows,
+            # or a receiver of one group would make the others skip the same message.
+            Delivery.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("message")
             .filter(consumer_group=consumer_group, topic=topic, invisible_until_timestamp__lte=now)
             .order_by("invisible_until_timestamp")[:max_messages]
@@ -103,8 +120,12 @@ def messages_receive(
             delivery.delivery_attempt += 1
             delivery.invisible_until_timestamp = until
             delivery.receipt_handle = _new_handle()
-            delivery.save(update_fields=["delivery_attempt", "invisible_until_timestamp", "receipt_handle"])
-            out.append(Received(delivery.message, delivery.delivery_attempt, delivery.receipt_handle))
+            delivery.save(
+                update_fields=["delivery_attempt", "invisible_until_timestamp", "receipt_handle"]
+            )
+            out.append(
+                Received(delivery.message, delivery.delivery_attempt, delivery.receipt_handle)
+            )
 
         if len(out) < max_messages:
             ConsumerOffset.objects.bulk_create(
@@ -149,7 +170,9 @@ def messages_receive(
     return out
 
 
-def messages_ack(*, consumer_group: str, receipt_handles: list[str]) -> tuple[int, list[dict[str, str]]]:
+def messages_ack(
+    *, consumer_group: str, receipt_handles: list[str]
+) -> tuple[int, list[dict[str, str]]]:
     """Ack the deliveries behind ``receipt_handles`` for ``consumer_group``.
 
     A handle is valid until the message is acked or delivered again (then it has a new handle).
@@ -164,6 +187,10 @@ def messages_ack(*, consumer_group: str, receipt_handles: list[str]) -> tuple[in
             .filter(consumer_group=consumer_group, receipt_handle__in=unique)
             .values_list("receipt_handle", flat=True)
         )
-        acked = Delivery.objects.filter(consumer_group=consumer_group, receipt_handle__in=found).delete()[0]
-    failed = [{"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found]
+        acked = Delivery.objects.filter(
+            consumer_group=consumer_group, receipt_handle__in=found
+        ).delete()[0]
+    failed = [
+        {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
+    ]
     return acked, failed

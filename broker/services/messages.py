@@ -25,7 +25,9 @@ def producer_topic_get(name: str) -> Topic:
         raise Forbidden(f"Producers may not send to the system topic {name}.", code="system_topic")
     topic = Topic.objects.filter(name=name, system=False).first()
     if topic is None:
-        raise NotFound(f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name})
+        raise NotFound(
+            f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name}
+        )
     return topic
 
 

@@ -43,6 +43,8 @@ from broker.models import (
 from broker.services.messages import producer_topic_get, queue_select
 from broker.services.storage import message_put, new_msg_id, system_topic_ensure
 from broker.services.validation import message_validate
+from console.events import TransactionEvent as TransactionFeedEvent
+from console.events import transaction_event_publish
 
 logger = logging.getLogger("halfmoon.transactions")
 
@@ -285,8 +287,15 @@ def _resolve(tx: Transaction, *, action: EndAction, resolved_by: str, reason: st
     tx.resolved_timestamp = now
     tx.next_check_timestamp = None
     tx.save(
-        update_fields=["state", "queue_offset", "resolved_by", "resolved_timestamp", "next_check_timestamp"]
+        update_fields=[
+            "state",
+            "queue_offset",
+            "resolved_by",
+            "resolved_timestamp",
+            "next_check_timestamp",
+        ]
     )
+    transaction_announce(tx, "resolved")
 
 
 def transaction_discard(tx: Transaction, *, reason: str) -> None:
@@ -327,7 +336,15 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
     tx.resolved_timestamp = now
     tx.next_check_timestamp = None
     tx.discard_reason = reason
-    tx.save(update_fields=["state", "resolved_by", "resolved_timestamp", "next_check_timestamp", "discard_reason"])
+    tx.save(
+        update_fields=[
+            "state",
+            "resolved_by",
+            "resolved_timestamp",
+            "next_check_timestamp",
+            "discard_reason",
+        ]
+    )
     TransactionEvent.objects.create(
         transaction=tx,
         kind=TransactionEvent.Kind.DISCARDED,
@@ -335,4 +352,22 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
         check_times=tx.check_times,
         detail={"reason": reason},
     )
+    transaction_announce(tx, "discarded")
     logger.info("discarded %s after %d checks (%s)", tx.transaction_id, tx.check_times, reason)
+
+
+def transaction_announce(tx: Transaction, kind: str) -> None:
+    """After the current database transaction commits, tell the console that ``tx`` changed
+    (``kind``: resolved, discarded, check_sent, check_undelivered). Nothing is announced for a
+    write that rolls back."""
+    event = TransactionFeedEvent(
+        type="transaction.event",
+        kind=kind,
+        transaction_id=tx.transaction_id,
+        producer_group=tx.producer_group,
+        topic=tx.topic,
+        state=tx.state,
+        check_times=tx.check_times,
+        timestamp=now_ms(),
+    )
+    transaction.on_commit(lambda: transaction_event_publish(event))

@@ -30,6 +30,8 @@ class Command(BaseCommand):
         except HalfmoonError as exc:
             raise CommandError(exc.message) from exc
         rights = ["admin"] if key.is_admin else []
-        rights += [f"producer:{g}" for g in key.producer_groups] + [f"consumer:{g}" for g in key.consumer_groups]
+        rights += [f"producer:{g}" for g in key.producer_groups] + [
+            f"consumer:{g}" for g in key.consumer_groups
+        ]
         self.stderr.write(f"Access key {key.name} ({', '.join(rights) or 'no rights'}). Token:")
         self.stdout.write(token)

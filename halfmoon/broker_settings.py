@@ -1,0 +1,143 @@
+"""The broker's settings: name, RocketMQ name, default, bounds and meaning, in one list.
+
+``halfmoon.settings`` builds ``HALFMOON_SETTINGS`` from it, and README.md's settings table is
+rendered from it (``python manage.py settings_table``; tests/test_settings_doc.py keeps the two
+equal), so the docs cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BrokerSetting:
+    """One integer setting read from the environment variable ``name``."""
+
+    name: str
+    default: int
+    rocketmq: str
+    meaning: str
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
+    BrokerSetting(
+        "HALFMOON_TRANSACTION_TIMEOUT_MS",
+        6000,
+        "transactionTimeOut",
+        "A half message is first checked no earlier than this after it was stored (ms).",
+        0,
+    ),
+    BrokerSetting(
+        "HALFMOON_TRANSACTION_CHECK_MAX",
+        15,
+        "transactionCheckMax",
+        "Checks delivered before a still-unresolved transaction is discarded.",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS",
+        30000,
+        "transactionCheckInterval",
+        "At most one check per transaction per interval (ms).",
+        100,
+    ),
+    BrokerSetting(
+        "HALFMOON_FILE_RESERVED_HOURS",
+        72,
+        "fileReservedTime",
+        "Half messages older than this are discarded whatever their check count (hours).",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_OP_BATCH_INTERVAL_MS",
+        3000,
+        "transactionOpBatchInterval",
+        "Op message batch flush interval (ms; RIP-50). Read but not used yet: one Op message is written per resolution.",
+        10,
+    ),
+    BrokerSetting(
+        "HALFMOON_OP_MSG_MAX_SIZE",
+        4096,
+        "transactionOpMsgMaxSize",
+        "Op message batch flush size (bytes; RIP-50). Read but not used yet, as above.",
+        16,
+    ),
+    BrokerSetting(
+        "HALFMOON_HALF_QUEUE_NUMS",
+        4,
+        "(RMQ_SYS_TRANS_HALF_TOPIC has 1 queue)",
+        "Half queues (and Op queues) transactions are sharded over by transaction id.",
+        1,
+        64,
+    ),
+    BrokerSetting(
+        "HALFMOON_MAX_MESSAGE_SIZE",
+        4 * 1024 * 1024,
+        "maxMessageSize",
+        "Largest message body (bytes); larger answers 413.",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_MAX_PROPERTIES_SIZE",
+        32 * 1024,
+        "(32 KiB properties limit)",
+        "Largest total of property keys and values (bytes, UTF-8); larger answers 413.",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_SCAN_INTERVAL_MS",
+        1000,
+        "(scan cadence; RocketMQ scans every check interval)",
+        "How often beat starts a back-check scan of the half queues (ms, whole seconds).",
+        1000,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_REQUEST_TIMEOUT_MS",
+        5000,
+        "-",
+        "Connect and read timeout of one back-check HTTP request (ms).",
+        100,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_BATCH_SIZE",
+        200,
+        "-",
+        "Transactions claimed per half queue per check round.",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_CONCURRENCY",
+        32,
+        "(checkThreadPoolMaxSize)",
+        "Back-check HTTP requests in flight at once per round.",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS",
+        1000,
+        "-",
+        "First retry delay of a check that could not be delivered; doubles up to the check interval (ms).",
+        10,
+    ),
+    BrokerSetting(
+        "HALFMOON_MAX_DELIVERY_ATTEMPTS",
+        16,
+        "maxReconsumeTimes",
+        "Default max_delivery_attempts of a new consumer group; then %DLQ%{group}.",
+        1,
+    ),
+)
+
+
+def settings_table() -> str:
+    """The Markdown table of every broker setting, as in README.md."""
+    lines = [
+        "| setting | RocketMQ name | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in BROKER_SETTINGS:
+        lines.append(f"| `{s.name}` | {s.rocketmq} | {s.default} | {s.meaning} |")
+    return "\n".join(lines)
