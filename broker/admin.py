@@ -104,8 +104,9 @@ class ResolutionAdmin(ReadOnlyAdmin):
 
 @admin.register(models.TransactionEvent)
 class TransactionEventAdmin(ReadOnlyAdmin):
-    list_display = ["transaction", "kind", "check_times", "timestamp"]
-    list_filter = ["kind"]
+    list_display = ["transaction_id", "kind", "outcome", "check_times", "actor", "timestamp"]
+    list_filter = ["kind", "outcome"]
+    search_fields = ["transaction_id"]
 
 
 @admin.register(models.CheckRequest)

@@ -119,6 +119,12 @@ class ProducerGroup(models.Model):
     )
     last_check_error = models.CharField(max_length=512, blank=True, default="")
     last_poll_timestamp = models.BigIntegerField(null=True, blank=True)
+    check_failures = models.PositiveIntegerField(
+        default=0, help_text="Consecutive checks that timed out or could not be delivered"
+    )
+    check_backoff_until = models.BigIntegerField(
+        null=True, blank=True, help_text="No checks to this group before this time (ms)"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -238,6 +244,12 @@ class Transaction(models.Model):
                 condition=Q(state="PREPARED"),
                 name="transaction_due_checks",
             ),
+            # The scan checkpoint (broker.services.checks.checkpoint_advance) reads this one.
+            models.Index(
+                fields=["half_queue_id", "half_queue_offset"],
+                condition=Q(state="PREPARED"),
+                name="transaction_pending_offset",
+            ),
             models.Index(fields=["producer_group", "state"], name="transaction_group_state"),
             models.Index(fields=["topic", "state"], name="transaction_topic_state"),
             models.Index(fields=["state", "born_timestamp"], name="transaction_state_born"),
@@ -279,30 +291,54 @@ class Resolution(models.Model):
                 fields=["half_queue_id", "half_queue_offset"], name="one_resolution_per_half_offset"
             )
         ]
+        indexes = [
+            # The Op flusher (broker.services.ops.op_flush) and the scan checkpoint read these.
+            models.Index(
+                fields=["half_queue_id", "half_queue_offset"],
+                condition=Q(op_commit_log_offset__isnull=True),
+                name="resolution_unflushed",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.transaction_id} {self.action} by {self.resolved_by}"
 
 
 class TransactionEvent(models.Model):
-    """Audit trail: checks sent and answered, undelivered checks, discards, operator actions."""
+    """The check and operator journal: every check delivered (with its answer) or not delivered,
+    every discard, resume and operator resolution. Append-only and keyed by transaction id, not
+    a foreign key, so it outlives the derived ``Transaction`` row it explains: the rebuild
+    (``broker.services.recovery``) counts ``check_times`` from it."""
 
     class Kind(models.TextChoices):
         CHECK_SENT = "check_sent"
-        CHECK_ANSWERED = "check_answered"
         CHECK_UNDELIVERED = "check_undelivered"
         DISCARDED = "discarded"
+        RESUMED = "resumed"
         RESOLVED = "resolved"
 
-    transaction = models.ForeignKey(Transaction, on_delete=models.CASCADE, related_name="events")
+    transaction_id = models.CharField(max_length=64)
     kind = models.CharField(max_length=24, choices=Kind.choices)
     timestamp = models.BigIntegerField(default=now_ms)
     check_times = models.PositiveIntegerField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=24,
+        blank=True,
+        default="",
+        help_text="check_sent: COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW, ACCEPTED (202) or TIMEOUT; "
+        "discarded: its reason; resolved: COMMIT or ROLLBACK",
+    )
+    actor = models.CharField(
+        max_length=160, blank=True, default="", help_text="Who: check, scan, operator key"
+    )
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["timestamp", "id"]
-        indexes = [models.Index(fields=["transaction", "timestamp"], name="event_transaction_time")]
+        indexes = [
+            models.Index(fields=["transaction_id", "timestamp"], name="event_transaction_time"),
+            models.Index(fields=["kind", "outcome"], name="event_kind_outcome"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.transaction_id} {self.kind}"

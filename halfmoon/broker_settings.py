@@ -55,14 +55,14 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "HALFMOON_OP_BATCH_INTERVAL_MS",
         3000,
         "transactionOpBatchInterval",
-        "Op message batch flush interval (ms; RIP-50). Read but not used yet: one Op message is written per resolution.",
+        "Op messages are written from the resolution journal at least this often (ms; RIP-50; beat, whole seconds).",
         10,
     ),
     BrokerSetting(
         "HALFMOON_OP_MSG_MAX_SIZE",
         4096,
         "transactionOpMsgMaxSize",
-        "Op message batch flush size (bytes; RIP-50). Read but not used yet, as above.",
+        "Largest Op message body (bytes; RIP-50); a process that buffered this much for one queue flushes it at once.",
         16,
     ),
     BrokerSetting(
@@ -128,6 +128,38 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "maxReconsumeTimes",
         "Default max_delivery_attempts of a new consumer group; then %DLQ%{group}.",
         1,
+    ),
+)
+
+
+BROKER_SETTINGS += (
+    BrokerSetting(
+        "HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT",
+        16,
+        "-",
+        "Checks of one producer group claimed per round of a half queue (the rest wait a round).",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_GROUP_MAX_PER_SECOND",
+        100,
+        "-",
+        "Checks sent to one producer group per second, across all workers (Redis).",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_CHECK_MAX_PROCESS_TIME_MS",
+        60000,
+        "MAX_PROCESS_TIME_LIMIT",
+        "Time budget of one scan of a half queue (ms); the rest waits for the next scan.",
+        1000,
+    ),
+    BrokerSetting(
+        "HALFMOON_LOOKUP_CACHE_MS",
+        5000,
+        "-",
+        "How long a process caches access keys, topics and producer groups (ms); 0 turns it off.",
+        0,
     ),
 )
 

@@ -100,6 +100,16 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Per-process cache of access keys, topics and producer groups (broker.lookups).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "default"},
+    "lookups": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "halfmoon-lookups",
+        "OPTIONS": {"MAX_ENTRIES": 10000},
+    },
+}
+
 # --- Redis, Channels, Celery -----------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -4,5 +4,8 @@ database (tests run against real PostgreSQL and Redis, never the embedded SQLite
 import os
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+# A Redis database of the tests' own: tasks the code under test queues (an Op flush) and the
+# console feed never reach a broker running on the default database.
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 
 from halfmoon.settings import *  # noqa: E402,F403

@@ -8,14 +8,14 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
-app = Celery("halfmoon")
+app = Celery("halfmoon", include=["tasks.checks", "tasks.ops"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["tasks"], related_name="checks")
 
 
 @app.on_after_finalize.connect
 def _beat_schedule(sender: Celery, **kwargs: object) -> None:
-    """Beat fans the back-check scan out per half queue every HALFMOON_CHECK_SCAN_INTERVAL_MS.
+    """Beat fans the back-check scan out per half queue every HALFMOON_CHECK_SCAN_INTERVAL_MS
+    and flushes Op messages every HALFMOON_OP_BATCH_INTERVAL_MS (whole seconds).
 
     Each entry expires before its next run, so a slow scan never piles up behind itself.
     """
@@ -23,10 +23,16 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
 
     # django-celery-beat intervals are whole seconds.
     every_s = max(1, settings.HALFMOON_SETTINGS["HALFMOON_CHECK_SCAN_INTERVAL_MS"] // 1000)
+    op_every_s = max(1, round(settings.HALFMOON_SETTINGS["HALFMOON_OP_BATCH_INTERVAL_MS"] / 1000))
     sender.conf.beat_schedule = {
         "halfmoon-check-dispatch": {
             "task": "tasks.checks.check_dispatch",
             "schedule": every_s,
             "options": {"expires": every_s},
+        },
+        "halfmoon-op-flush": {
+            "task": "tasks.ops.op_flush_all",
+            "schedule": op_every_s,
+            "options": {"expires": op_every_s},
         },
     }

@@ -6,13 +6,15 @@ import logging
 import os
 import secrets
 import socket
+import time
 
 from celery import shared_task
 from django.conf import settings
 
 from broker.conf import setting
-from broker.services.checks import check_round
+from broker.services.checks import check_round, checkpoint_advance
 from broker.services.leases import lease_acquire, lease_release
+from broker.services.ops import op_flush
 
 logger = logging.getLogger("halfmoon.tasks")
 
@@ -26,10 +28,13 @@ def _lease_owner() -> str:
 
 
 def _lease_ttl_ms() -> int:
-    """A round holds its queue's lease at most this long: enough for a full batch of checks
-    timing out (batch / concurrency waves of the request timeout), at least 30 s."""
-    waves = -(-setting("HALFMOON_CHECK_BATCH_SIZE") // setting("HALFMOON_CHECK_CONCURRENCY"))
-    return max(30_000, (waves + 1) * setting("HALFMOON_CHECK_REQUEST_TIMEOUT_MS") * 2)
+    """How long a queue's lease lasts unless renewed: half the check interval (at most 60 s, at
+    least one scan interval), so that when a worker dies mid-scan, its lease has expired and
+    another worker's scan has taken the queue over within one check interval. A round that
+    outlives its lease is still safe: the claim step locks rows and pushes their next check,
+    so an overlapping round never sends the same check again."""
+    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
+    return max(setting("HALFMOON_CHECK_SCAN_INTERVAL_MS"), min(interval // 2, 60_000))
 
 
 @shared_task(name="tasks.checks.check_dispatch", ignore_result=True)
@@ -42,7 +47,9 @@ def check_dispatch() -> None:
 
 @shared_task(name="tasks.checks.check_half_queue", ignore_result=True)
 def check_half_queue(queue_id: int) -> dict[str, int] | None:
-    """Run check rounds on one half queue while it has due transactions, holding its lease.
+    """Scan one half queue, holding its lease: check rounds while it has due transactions and
+    the scan's time budget (``HALFMOON_CHECK_MAX_PROCESS_TIME_MS``, RocketMQ
+    MAX_PROCESS_TIME_LIMIT) lasts, then flush its Op journal and advance its checkpoints.
 
     Returns the summed counts, or None if another worker holds the queue's lease (a scan
     still running is never started twice).
@@ -51,16 +58,21 @@ def check_half_queue(queue_id: int) -> dict[str, int] | None:
     owner = _lease_owner()
     if not lease_acquire(name=name, owner=owner, ttl_ms=_lease_ttl_ms()):
         return None
+    deadline = time.monotonic() + setting("HALFMOON_CHECK_MAX_PROCESS_TIME_MS") / 1000
     totals: dict[str, int] = {}
     try:
         while True:
             counts = check_round(half_queue_id=queue_id)
             for key, value in counts.items():
                 totals[key] = totals.get(key, 0) + value
-            if counts["due"] < setting("HALFMOON_CHECK_BATCH_SIZE"):
+            if counts["due"] < setting("HALFMOON_CHECK_BATCH_SIZE") or time.monotonic() > deadline:
                 break
             if not lease_acquire(name=name, owner=owner, ttl_ms=_lease_ttl_ms()):
                 break  # the lease expired and another worker took the queue over
+        # Flush this queue's Op journal here too: beat's flush tasks can wait behind long check
+        # rounds in a busy pool, and the checkpoint only passes offsets the Op log names.
+        op_flush(half_queue_id=queue_id)
+        checkpoint_advance(half_queue_id=queue_id)
     finally:
         lease_release(name=name, owner=owner)
     if totals.get("due"):

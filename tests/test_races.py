@@ -19,6 +19,8 @@ from broker.models import ConsumeQueue, Message, Resolution, Transaction
 from broker.services import checks
 from broker.services.admin import access_key_create, producer_group_create, topic_create
 from broker.services.messages import message_send
+from broker.services.ops import op_flush
+from broker.services.recovery import parse_op_body
 from broker.services.transactions import transaction_end, transaction_prepare
 from tests.support import prepare
 
@@ -88,11 +90,17 @@ def _assert_resolved_once(tx: Transaction) -> Transaction:
     else:
         assert delivered == []
         assert tx.queue_offset is None
-    ops = Message.objects.filter(
-        topic=OP_HALF_TOPIC, queue_id=tx.half_queue_id, body=f"{tx.half_queue_offset},".encode()
-    )
-    assert ops.count() == 1
-    assert resolution.op_commit_log_offset == ops.get().commit_log_offset
+    # Once the journal is flushed, exactly one Op message names the half offset, and the
+    # journal row points at it.
+    op_flush(half_queue_id=tx.half_queue_id)
+    resolution.refresh_from_db()
+    naming = [
+        op.commit_log_offset
+        for op in Message.objects.filter(topic=OP_HALF_TOPIC, queue_id=tx.half_queue_id)
+        for offset in parse_op_body(op.body)
+        if offset == tx.half_queue_offset
+    ]
+    assert naming == [resolution.op_commit_log_offset]
     return tx
 
 

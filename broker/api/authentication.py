@@ -9,6 +9,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
+from broker.lookups import access_key_by_hash
 from broker.models import AccessKey
 from broker.services.admin import token_hash
 
@@ -52,7 +53,7 @@ class AccessKeyAuthentication(BaseAuthentication):
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise exceptions.AuthenticationFailed("Use the header 'Authorization: Bearer <token>'.")
-        key = AccessKey.objects.filter(token_hash=token_hash(token)).first()
+        key = access_key_by_hash(token_hash(token))
         if key is None:
             raise exceptions.AuthenticationFailed("The access key is unknown or was revoked.")
         user = KeyUser(

@@ -4,12 +4,20 @@ AbstractTransactionalMessageCheckListener.resolveHalfMsg).
 
 A check round on one half queue has three steps, and only the middle one touches the network:
 1. ``check_claim``: in one database transaction, lock the due PREPARED transactions
-   (``SKIP LOCKED``), discard those past ``HALFMOON_TRANSACTION_CHECK_MAX`` or
+   (``SKIP LOCKED``; at most ``HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT`` per producer group, none of
+   a group in backoff), discard those past ``HALFMOON_TRANSACTION_CHECK_MAX`` or
    ``HALFMOON_FILE_RESERVED_HOURS``, push the others' next check one interval ahead (so no
-   other worker takes them) and queue check requests for groups that poll.
+   other worker takes them) and queue check requests for groups that poll. Then, outside the
+   transaction, hold back what exceeds the group's ``HALFMOON_CHECK_GROUP_MAX_PER_SECOND``.
 2. ``checks_send``: POST the signed checks in parallel (httpx), outside any database transaction.
 3. ``check_outcomes_apply``: count delivered checks, apply COMMIT/ROLLBACK answers through
-   ``transaction_end``, and retry undelivered checks with backoff without counting them.
+   ``transaction_end``, retry undelivered checks with backoff without counting them, and back a
+   group off when its producers time out or cannot be reached.
+
+``checkpoint_advance`` moves the scan checkpoints of ``CID_RMQ_SYS_TRANS`` over the done prefix
+of the half queue and the contiguous done prefix of its Op queue, as RocketMQ's ``check()``
+does; the due checks themselves are found through the PREPARED rows' index, so a round's cost
+follows the pending transactions, never the history.
 """
 
 from __future__ import annotations
@@ -22,16 +30,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import redis
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Min, Window
+from django.db.models.functions import RowNumber
 
 from broker.conf import setting
-from broker.constants import RESERVED_PROPERTIES
+from broker.constants import CHECK_GROUP, HALF_TOPIC, OP_HALF_TOPIC, RESERVED_PROPERTIES
 from broker.errors import HalfmoonError
 from broker.models import (
     CheckRequest,
+    ConsumeQueue,
+    ConsumerOffset,
     Message,
     ProducerGroup,
+    Resolution,
     Transaction,
     TransactionEvent,
     TransactionState,
@@ -108,29 +122,66 @@ class CheckOutcome:
     action: str | None
     status_code: int | None = None
     error: str = ""
+    answer: str = ""  # COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW, ACCEPTED, TIMEOUT or INVALID
+    timed_out: bool = False
+
+    @property
+    def label(self) -> str:
+        """What the producer answered, as recorded in the check journal and the metrics."""
+        if self.answer:
+            return self.answer
+        return {"commit": "COMMIT_MESSAGE", "rollback": "ROLLBACK_MESSAGE", None: "ACCEPTED"}.get(
+            self.action, "UNKNOW"
+        )
 
 
 def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[CheckJob], int]:
     """Step 1 of a round on ``half_queue_id``: lock due transactions, discard, lease, queue.
 
-    Returns (the HTTP checks to send, how many due transactions were handled). At most ``HALFMOON_CHECK_BATCH_SIZE`` transactions per call.
-    Discards past ``transactionCheckMax`` (RocketMQ ``needDiscard``) and past
-    ``fileReservedTime`` (``needSkip``).
+    Returns (the HTTP checks to send, how many due transactions were handled). At most
+    ``HALFMOON_CHECK_BATCH_SIZE`` transactions per call, and at most
+    ``HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT`` of one producer group, so a group with thousands of
+    due transactions cannot crowd out the others; groups in backoff (their producers timed out
+    or could not be reached) are left for later. Discards past ``transactionCheckMax``
+    (RocketMQ ``needDiscard``) and past ``fileReservedTime`` (``needSkip``).
     """
-    now = now if now is not None else now_ms()
     interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
     check_max = setting("HALFMOON_TRANSACTION_CHECK_MAX")
     reserved_ms = setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000
+    per_group = setting("HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT")
     jobs: list[CheckJob] = []
     with transaction.atomic():
-        due = list(
-            Transaction.objects.select_for_update(skip_locked=True)
-            .filter(
+        # Read the clock once the transaction is open (on SQLite, once the write lock is held).
+        now = now if now is not None else now_ms()
+        backed_off = ProducerGroup.objects.filter(check_backoff_until__gt=now).values_list(
+            "name", flat=True
+        )
+        candidates = (
+            Transaction.objects.filter(
                 state=TransactionState.PREPARED,
                 half_queue_id=half_queue_id,
                 next_check_timestamp__lte=now,
             )
-            .order_by("next_check_timestamp")[: setting("HALFMOON_CHECK_BATCH_SIZE")]
+            .exclude(producer_group__in=backed_off)
+            .annotate(
+                rank=Window(
+                    RowNumber(),
+                    partition_by=[F("producer_group")],
+                    order_by=F("next_check_timestamp").asc(),
+                )
+            )
+            .filter(rank__lte=per_group)
+            .order_by("next_check_timestamp")
+            .values_list("pk", flat=True)[: setting("HALFMOON_CHECK_BATCH_SIZE")]
+        )
+        due = list(
+            Transaction.objects.select_for_update(skip_locked=True)
+            .filter(
+                pk__in=list(candidates),
+                state=TransactionState.PREPARED,
+                next_check_timestamp__lte=now,
+            )
+            .order_by("next_check_timestamp")
         )
         if not due:
             return jobs, 0
@@ -186,25 +237,73 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
             ProducerGroup.objects.filter(name__in=unreachable).update(
                 last_check_error="no producer polled for check requests"
             )
-    return jobs, len(due)
+    return _rate_limited(jobs, now=now), len(due)
 
 
-def _parse_answer(response: httpx.Response) -> str | None:
-    """The action a check answer asks for: 202 -> None; 200 with a valid state -> that action;
-    anything else -> unknown, logged with the answer (strict parsing)."""
+def _redis() -> redis.Redis:
+    global _redis_client
+    if _redis_client is None:
+        _redis_client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+    return _redis_client
+
+
+_redis_client: redis.Redis | None = None
+
+
+def _rate_limited(jobs: list[CheckJob], *, now: int) -> list[CheckJob]:
+    """Keep at most ``HALFMOON_CHECK_GROUP_MAX_PER_SECOND`` checks per producer group per second,
+    counted across every worker in Redis (a fixed one-second window). The rest are held back,
+    not sent and not counted, and become due again a second later."""
+    limit = setting("HALFMOON_CHECK_GROUP_MAX_PER_SECOND")
+    by_group: dict[str, list[CheckJob]] = {}
+    for job in jobs:
+        by_group.setdefault(job.producer_group, []).append(job)
+    kept: list[CheckJob] = []
+    held: list[str] = []
+    window = now // 1000
+    for group, group_jobs in by_group.items():
+        key = f"halfmoon:check-rate:{group}:{window}"
+        try:
+            pipe = _redis().pipeline()
+            pipe.incrby(key, len(group_jobs))
+            pipe.expire(key, 5)
+            used = int(pipe.execute()[0])
+        except redis.RedisError:
+            logger.warning(
+                "check rate of %s not counted: Redis did not answer", group, exc_info=True
+            )
+            kept.extend(group_jobs)
+            continue
+        allowed = max(0, limit - (used - len(group_jobs)))
+        kept.extend(group_jobs[:allowed])
+        held.extend(job.transaction_id for job in group_jobs[allowed:])
+    if held:
+        Transaction.objects.filter(pk__in=held, state=TransactionState.PREPARED).update(
+            next_check_timestamp=now + 1000
+        )
+        logger.info("held back %d checks over the per-group rate", len(held))
+    return kept
+
+
+def _parse_answer(response: httpx.Response) -> tuple[str | None, str]:
+    """The action a check answer asks for and its label: 202 -> (None, ACCEPTED); 200 with a
+    valid state -> that action; anything else -> (unknown, INVALID), logged with the answer
+    (strict parsing: only the three states of api-v1, and UNKNOWN for UNKNOW)."""
     if response.status_code == 202:
-        return None
+        return None, "ACCEPTED"
     if response.status_code == 200:
         try:
             state = response.json().get("state")
         except (ValueError, AttributeError):
             state = None
         if isinstance(state, str) and state in CHECK_STATES:
-            return CHECK_STATES[state]
+            return CHECK_STATES[state], "UNKNOW" if state == "UNKNOWN" else state
     logger.warning(
         "check answer counted as UNKNOW: HTTP %s %r", response.status_code, response.text[:200]
     )
-    return "unknown"
+    return "unknown", "INVALID"
 
 
 async def _send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
@@ -229,15 +328,26 @@ async def _send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
                 return CheckOutcome(
                     job, delivered=False, action=None, error=f"{type(exc).__name__}: {exc}"
                 )
-            except httpx.HTTPError as exc:  # sent, then timed out or broke: UNKNOW for this round
+            except httpx.TimeoutException as exc:  # sent, then no answer in time: UNKNOW
                 return CheckOutcome(
-                    job, delivered=True, action="unknown", error=f"{type(exc).__name__}: {exc}"
+                    job,
+                    delivered=True,
+                    action="unknown",
+                    error=f"{type(exc).__name__}: {exc}",
+                    answer="TIMEOUT",
+                    timed_out=True,
                 )
+            except httpx.HTTPError as exc:  # sent, then the connection broke: UNKNOW
+                return CheckOutcome(
+                    job,
+                    delivered=True,
+                    action="unknown",
+                    error=f"{type(exc).__name__}: {exc}",
+                    answer="INVALID",
+                )
+            action, answer = _parse_answer(response)
             return CheckOutcome(
-                job,
-                delivered=True,
-                action=_parse_answer(response),
-                status_code=response.status_code,
+                job, delivered=True, action=action, status_code=response.status_code, answer=answer
             )
 
     # trust_env=False: checks go straight to the producer, never through an HTTP(S)_PROXY.
@@ -256,9 +366,17 @@ def checks_send(jobs: list[CheckJob]) -> list[CheckOutcome]:
 
 
 def check_delivered_record(
-    *, transaction_id: str, producer_group: str, channel: str, now: int, detail: dict[str, Any]
+    *,
+    transaction_id: str,
+    producer_group: str,
+    channel: str,
+    now: int,
+    detail: dict[str, Any],
+    outcome: str = "",
 ) -> int:
-    """Count one delivered check of ``transaction_id`` and mark its group reachable.
+    """Count one delivered check of ``transaction_id`` in ``check_times`` and the check journal
+    (``outcome``: the producer's answer, e.g. COMMIT_MESSAGE or TIMEOUT; empty for a poll
+    hand-out), and mark its group reachable.
 
     Returns the transaction's check_times after counting. Inside the caller's atomic().
     """
@@ -267,11 +385,13 @@ def check_delivered_record(
     )
     tx = Transaction.objects.get(pk=transaction_id)
     TransactionEvent.objects.create(
-        transaction=tx,
+        transaction_id=tx.pk,
         kind=TransactionEvent.Kind.CHECK_SENT,
         timestamp=now,
         check_times=tx.check_times,
-        detail={"channel": channel, **detail},
+        outcome=outcome,
+        actor=channel,
+        detail=detail,
     )
     transaction_announce(tx, "check_sent")
     ProducerGroup.objects.filter(name=producer_group).exclude(
@@ -280,14 +400,49 @@ def check_delivered_record(
     return tx.check_times
 
 
+def _group_health_record(outcomes: list[CheckOutcome], *, now: int) -> None:
+    """Back a producer group off when none of its checks this round got an answer in time
+    (all timed out or undelivered): no checks to it for a delay doubling from
+    ``HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS`` up to the check interval. One answer clears it.
+    A dead producer thus costs one probe per backoff instead of a batch of timeouts per round,
+    and cannot delay the checks of healthy groups."""
+    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
+    base = setting("HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS")
+    answered: dict[str, bool] = {}
+    for outcome in outcomes:
+        ok = outcome.delivered and not outcome.timed_out
+        answered[outcome.job.producer_group] = answered.get(outcome.job.producer_group, False) or ok
+    for group, ok in answered.items():
+        if ok:
+            ProducerGroup.objects.filter(name=group).exclude(
+                check_failures=0, check_backoff_until=None
+            ).update(check_failures=0, check_backoff_until=None)
+            continue
+        with transaction.atomic():
+            row = ProducerGroup.objects.select_for_update().filter(name=group).first()
+            if row is None:
+                continue
+            row.check_failures += 1
+            row.check_backoff_until = now + min(
+                interval, base * 2 ** min(row.check_failures - 1, 20)
+            )
+            row.save(update_fields=["check_failures", "check_backoff_until"])
+        logger.warning(
+            "producer group %s backed off until %d (%d failed rounds)",
+            group,
+            row.check_backoff_until,
+            row.check_failures,
+        )
+
+
 def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None) -> None:
     """Step 3: record each outcome and apply its answer.
 
-    A delivered check counts in ``check_times``; a COMMIT/ROLLBACK answer ends the transaction
-    with ``resolved_by=check`` (a transaction resolved meanwhile is left as it is). An
-    undelivered one is retried after a backoff doubling from
-    ``HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS`` up to the check interval, and marks its group
-    unreachable.
+    A delivered check counts in ``check_times`` (journal outcome: the answer, TIMEOUT or
+    INVALID); a COMMIT/ROLLBACK answer ends the transaction with ``resolved_by=check`` (a
+    transaction resolved meanwhile is left as it is). An undelivered one is retried after a
+    backoff doubling from ``HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS`` up to the check interval,
+    and marks its group unreachable. Groups with no answer at all are backed off.
     """
     now = now if now is not None else now_ms()
     interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
@@ -301,11 +456,8 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
                     producer_group=job.producer_group,
                     channel="http",
                     now=now,
-                    detail={
-                        "status_code": outcome.status_code,
-                        "answer": outcome.action,
-                        "error": outcome.error,
-                    },
+                    outcome=outcome.label,
+                    detail={"status_code": outcome.status_code, "error": outcome.error},
                 )
             if outcome.action in ("commit", "rollback"):
                 try:
@@ -332,11 +484,13 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
                 tx.next_check_timestamp = now + backoff
                 tx.save(update_fields=["undelivered_checks", "next_check_timestamp"])
                 TransactionEvent.objects.create(
-                    transaction=tx,
+                    transaction_id=tx.pk,
                     kind=TransactionEvent.Kind.CHECK_UNDELIVERED,
                     timestamp=now,
                     check_times=tx.check_times,
-                    detail={"channel": "http", "error": outcome.error, "retry_in_ms": backoff},
+                    outcome="UNDELIVERED",
+                    actor="http",
+                    detail={"error": outcome.error, "retry_in_ms": backoff},
                 )
                 transaction_announce(tx, "check_undelivered")
             ProducerGroup.objects.filter(
@@ -345,6 +499,88 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
             ProducerGroup.objects.filter(name=job.producer_group).update(
                 last_check_error=outcome.error[:500]
             )
+    _group_health_record(outcomes, now=now)
+
+
+OP_READ_BATCH = (
+    32  # Op messages read at a time when advancing the Op checkpoint (RocketMQ pulls 32)
+)
+OP_READ_MAX_BATCHES = 100  # per call: the checkpoint catches up over later runs
+
+
+def checkpoint_advance(*, half_queue_id: int) -> tuple[int, int]:
+    """Advance the scan checkpoints of one half queue and its Op queue, kept as consumer offsets
+    of the internal group ``CID_RMQ_SYS_TRANS`` (RocketMQ ``check()``: ``updateConsumeOffset``
+    of the half queue, ``calculateOpOffset`` of the Op queue).
+
+    The half checkpoint moves to the first half queue offset that is not done: still PREPARED,
+    or resolved but not yet named by an Op message (every offset below it is resolved and in
+    the Op log, or discarded, or superseded by a resume). The Op checkpoint moves only over the
+    contiguous prefix of Op messages whose half offsets all lie below the half checkpoint, read
+    ``OP_READ_BATCH`` at a time. Both only move forward. Cost: two index reads plus the Op
+    messages passed over, whatever the history.
+
+    Returns (half checkpoint, Op checkpoint).
+    """
+    with transaction.atomic():
+        ConsumerOffset.objects.bulk_create(
+            [
+                ConsumerOffset(
+                    consumer_group=CHECK_GROUP, topic=HALF_TOPIC, queue_id=half_queue_id
+                ),
+                ConsumerOffset(
+                    consumer_group=CHECK_GROUP, topic=OP_HALF_TOPIC, queue_id=half_queue_id
+                ),
+            ],
+            ignore_conflicts=True,
+        )
+        offsets = {
+            o.topic: o
+            for o in ConsumerOffset.objects.select_for_update().filter(
+                consumer_group=CHECK_GROUP,
+                topic__in=[HALF_TOPIC, OP_HALF_TOPIC],
+                queue_id=half_queue_id,
+            )
+        }
+        half_ckpt, op_ckpt = offsets[HALF_TOPIC], offsets[OP_HALF_TOPIC]
+        bounds = [
+            ConsumeQueue.objects.filter(topic=HALF_TOPIC, queue_id=half_queue_id)
+            .values_list("max_offset", flat=True)
+            .first()
+            or 0,
+            Transaction.objects.filter(
+                half_queue_id=half_queue_id, state=TransactionState.PREPARED
+            ).aggregate(m=Min("half_queue_offset"))["m"],
+            Resolution.objects.filter(
+                half_queue_id=half_queue_id, op_commit_log_offset__isnull=True
+            ).aggregate(m=Min("half_queue_offset"))["m"],
+        ]
+        new_half = max(half_ckpt.offset, min(b for b in bounds if b is not None))
+        new_op = op_ckpt.offset
+        for _ in range(OP_READ_MAX_BATCHES):
+            batch = list(
+                Message.objects.filter(
+                    topic=OP_HALF_TOPIC, queue_id=half_queue_id, queue_offset__gte=new_op
+                )
+                .order_by("queue_offset")
+                .values_list("queue_offset", "body")[:OP_READ_BATCH]
+            )
+            blocked = False
+            for queue_offset, body in batch:
+                named = [int(p) for p in bytes(body).decode("ascii").split(",") if p]
+                if named and max(named) >= new_half:
+                    blocked = True
+                    break
+                new_op = queue_offset + 1
+            if blocked or len(batch) < OP_READ_BATCH:
+                break
+        if new_half != half_ckpt.offset:
+            half_ckpt.offset = new_half
+            half_ckpt.save(update_fields=["offset"])
+        if new_op != op_ckpt.offset:
+            op_ckpt.offset = new_op
+            op_ckpt.save(update_fields=["offset"])
+    return new_half, new_op
 
 
 def check_round(*, half_queue_id: int) -> dict[str, int]:

@@ -26,7 +26,7 @@ from broker.constants import (
 )
 from broker.errors import Forbidden, NotFound
 from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, Topic, now_ms
-from broker.services.storage import message_put, system_topic_ensure
+from broker.services.storage import message_put
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,7 @@ def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
         "producer_group": message.producer_group,
         "born_timestamp": message.born_timestamp,
     }
-    try:
-        message_put(**fields)
-    except LookupError:
-        system_topic_ensure(topic, 1)
-        message_put(**fields)
+    message_put(**fields, system_queue_nums=1)
     delivery.delete()
 
 

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from broker.constants import PROPERTY_PRODUCER_GROUP, PROPERTY_UNIQ_KEY, is_system_topic
 from broker.errors import Forbidden, NotFound
+from broker.lookups import topic_by_name
 from broker.models import Message, Topic
 from broker.services.storage import message_put, new_msg_id
 from broker.services.validation import message_validate
@@ -23,8 +24,8 @@ def producer_topic_get(name: str) -> Topic:
     """
     if is_system_topic(name):
         raise Forbidden(f"Producers may not send to the system topic {name}.", code="system_topic")
-    topic = Topic.objects.filter(name=name, system=False).first()
-    if topic is None:
+    topic = topic_by_name(name)
+    if topic is None or topic.system:
         raise NotFound(
             f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name}
         )

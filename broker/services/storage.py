@@ -77,16 +77,25 @@ def message_put(
     producer_group: str = "",
     born_timestamp: int | None = None,
     prepared_transaction_offset: int | None = None,
+    system_queue_nums: int | None = None,
 ) -> Message:
     """Append one message to the commit log and its queue; return it with its offsets.
 
     Must run inside ``transaction.atomic()``. ``born_timestamp`` defaults to the store time (ms).
+    ``system_queue_nums``: for a broker-owned topic (half, Op, discard, DLQ), create it with that
+    many queues (at least ``queue_id + 1``) if the queue does not exist yet.
 
     Raises:
-        LookupError: the queue does not exist.
+        LookupError: the queue does not exist (and ``system_queue_nums`` is None).
         IntegrityError: ``prepared_transaction_offset`` was already delivered.
     """
-    queue_offset = queue_offset_next(topic, queue_id)
+    try:
+        queue_offset = queue_offset_next(topic, queue_id)
+    except LookupError:  # raised after an UPDATE of no row: the transaction is still usable
+        if system_queue_nums is None:
+            raise
+        system_topic_ensure(topic, max(system_queue_nums, queue_id + 1))
+        queue_offset = queue_offset_next(topic, queue_id)
     stored = now_ms()
     return Message.objects.create(
         topic=topic,

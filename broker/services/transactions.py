@@ -14,8 +14,6 @@ from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     MAX_CHECK_IMMUNITY_SECONDS,
-    OP_HALF_TOPIC,
-    OP_REMOVE_TAG,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_DISCARD_REASON,
     PROPERTY_HALF_QUEUE_OFFSET,
@@ -30,9 +28,9 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound, TransactionAlreadyResolved
+from broker.lookups import producer_group_exists
 from broker.models import (
     Message,
-    ProducerGroup,
     Resolution,
     ResolvedBy,
     Transaction,
@@ -41,7 +39,8 @@ from broker.models import (
     now_ms,
 )
 from broker.services.messages import producer_topic_get, queue_select
-from broker.services.storage import message_put, new_msg_id, system_topic_ensure
+from broker.services.ops import op_buffer_note
+from broker.services.storage import message_put, new_msg_id
 from broker.services.validation import message_validate
 from console.events import TransactionEvent as TransactionFeedEvent
 from console.events import transaction_event_publish
@@ -62,16 +61,6 @@ def half_queue_select(transaction_id: str) -> int:
     """The half queue (and matching Op queue) of a transaction: CRC32 of its id modulo
     ``HALFMOON_HALF_QUEUE_NUMS``. Salted so it does not correlate with the real queue."""
     return zlib.crc32(b"half:" + transaction_id.encode()) % setting("HALFMOON_HALF_QUEUE_NUMS")
-
-
-def _half_queue_put(**fields: Any) -> Message:
-    """Append to the half or Op topic, creating its queues on first use. Inside atomic()."""
-    try:
-        return message_put(**fields)
-    except LookupError:  # raised after an UPDATE of no row: the transaction is still usable
-        nums = setting("HALFMOON_HALF_QUEUE_NUMS")
-        system_topic_ensure(fields["topic"], max(nums, fields["queue_id"] + 1))
-        return message_put(**fields)
 
 
 def transaction_prepare(
@@ -116,7 +105,7 @@ def transaction_prepare(
                 details={"check_immunity_seconds": check_immunity_seconds},
             )
         immunity_ms = max(timeout_ms, check_immunity_seconds * 1000)
-    if not ProducerGroup.objects.filter(name=producer_group).exists():
+    if not producer_group_exists(producer_group):
         raise NotFound(
             f"Producer group {producer_group} does not exist.",
             code="producer_group_not_found",
@@ -124,10 +113,6 @@ def transaction_prepare(
         )
     topic_obj = producer_topic_get(topic)
     transaction_id = msg_id or new_msg_id()
-    existing = Transaction.objects.filter(pk=transaction_id).first()
-    if existing is not None:
-        return _prepare_repeat(existing, producer_group), False
-
     real_queue_id = queue_select(transaction_id, topic_obj.queue_nums)
     props.update(
         {
@@ -143,7 +128,8 @@ def transaction_prepare(
     half_queue_id = half_queue_select(transaction_id)
     try:
         with transaction.atomic():
-            half = _half_queue_put(
+            half = message_put(
+                system_queue_nums=setting("HALFMOON_HALF_QUEUE_NUMS"),
                 topic=HALF_TOPIC,
                 queue_id=half_queue_id,
                 msg_id=transaction_id,
@@ -170,7 +156,8 @@ def transaction_prepare(
                 next_check_timestamp=half.born_timestamp + immunity_ms,
             )
     except IntegrityError:
-        # A concurrent send of the same msg_id won; answer with its transaction.
+        # The msg_id is stored already (a retry, or a concurrent send that won): the half
+        # message written above rolled back with the failed insert; answer the stored one.
         existing = Transaction.objects.filter(pk=transaction_id).first()
         if existing is None:
             raise
@@ -234,14 +221,20 @@ def transaction_end(
         if tx.state != TransactionState.PREPARED:
             raise TransactionAlreadyResolved(transaction_id, tx.state)
         by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
-        _resolve(tx, action=action, resolved_by=by, reason=remark or "")
+        transaction_resolve_locked(tx, action=action, resolved_by=by, reason=remark or "")
     return tx
 
 
-def _resolve(tx: Transaction, *, action: EndAction, resolved_by: str, reason: str) -> None:
-    """Deliver (commit) or drop (rollback) a locked PREPARED transaction and write its Op message.
+def transaction_resolve_locked(
+    tx: Transaction, *, action: EndAction, resolved_by: str, reason: str
+) -> None:
+    """Deliver (commit) or drop (rollback) a transaction and journal its resolution for the
+    Op log: the one place a transaction is resolved (producers, checks and operators).
 
-    Runs inside the caller's database transaction with ``tx`` locked.
+    ``tx`` must be PREPARED (or DISCARDED, for an operator) and locked with
+    ``select_for_update`` inside the caller's database transaction; ``resolved_by`` is one of
+    ``ResolvedBy``. The unique constraints on ``Resolution`` and
+    ``Message.prepared_transaction_offset`` refuse a second resolution.
     """
     now = now_ms()
     if action == "commit":
@@ -265,14 +258,8 @@ def _resolve(tx: Transaction, *, action: EndAction, resolved_by: str, reason: st
         tx.state = TransactionState.COMMITTED
     else:
         tx.state = TransactionState.ROLLED_BACK
-    op = _half_queue_put(
-        topic=OP_HALF_TOPIC,
-        queue_id=tx.half_queue_id,
-        msg_id=new_msg_id(),
-        body=f"{tx.half_queue_offset},".encode(),
-        tags=OP_REMOVE_TAG,
-        sys_flag=SYS_FLAG_TRANSACTION_NOT_TYPE,
-    )
+    # The resolution is durable in the journal now; broker.services.ops.op_flush writes it into
+    # an Op message with others of its half queue (RIP-50), after this transaction commits.
     Resolution.objects.create(
         transaction=tx,
         half_queue_id=tx.half_queue_id,
@@ -281,8 +268,8 @@ def _resolve(tx: Transaction, *, action: EndAction, resolved_by: str, reason: st
         resolved_by=resolved_by,
         reason=reason,
         resolved_timestamp=now,
-        op_commit_log_offset=op.commit_log_offset,
     )
+    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
     tx.resolved_by = resolved_by
     tx.resolved_timestamp = now
     tx.next_check_timestamp = None
@@ -326,11 +313,7 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
         "producer_group": tx.producer_group,
         "born_timestamp": half.born_timestamp,
     }
-    try:
-        message_put(**put)
-    except LookupError:
-        system_topic_ensure(CHECK_MAX_TIME_TOPIC, 1)
-        message_put(**put)
+    message_put(**put, system_queue_nums=1)
     tx.state = TransactionState.DISCARDED
     tx.resolved_by = ResolvedBy.DISCARD
     tx.resolved_timestamp = now
@@ -346,11 +329,12 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
         ]
     )
     TransactionEvent.objects.create(
-        transaction=tx,
+        transaction_id=tx.pk,
         kind=TransactionEvent.Kind.DISCARDED,
         timestamp=now,
         check_times=tx.check_times,
-        detail={"reason": reason},
+        outcome=reason,
+        actor="scan",
     )
     transaction_announce(tx, "discarded")
     logger.info("discarded %s after %d checks (%s)", tx.transaction_id, tx.check_times, reason)

@@ -1,0 +1,119 @@
+"""Batched Op messages (RIP-50, seed 004; RocketMQ TransactionalMessageServiceImpl
+batchSendOpMessage / deletePrepareMessage).
+
+RocketMQ buffers Op entries in memory and loses them in a crash, then re-checks and may
+deliver twice. Here a resolution is first made durable as a ``Resolution`` journal row, in the
+same database transaction as the state change and the delivered message, so the producer is
+answered only once nothing can lose it. ``op_flush`` then writes the journal's unflushed rows of
+a half queue as Op messages, each naming many half queue offsets (``12,13,14,``) and at most
+``HALFMOON_OP_MSG_MAX_SIZE`` bytes, and marks the rows flushed in the same database
+transaction: a crash mid-flush leaves them unflushed, and the next flush writes them once.
+
+Flushes run every ``HALFMOON_OP_BATCH_INTERVAL_MS`` (Celery beat) and as soon as a process has
+buffered ``HALFMOON_OP_MSG_MAX_SIZE`` bytes of offsets for one queue (``op_buffer_note``). An
+end request never waits for a flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import current_app
+from django.db import transaction
+
+from broker.conf import setting
+from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
+from broker.models import Resolution
+from broker.services.storage import message_put, new_msg_id
+
+logger = logging.getLogger("halfmoon.ops")
+
+OP_FLUSH_LIMIT = 20_000  # resolutions per flush transaction: ~8 bytes each, ~40 Op messages
+OP_FLUSH_TASK = "tasks.ops.op_flush_queue"
+
+_buffered: dict[int, int] = {}
+_buffered_lock = threading.Lock()
+
+
+def op_entry(half_queue_offset: int) -> str:
+    """One half queue offset as an Op message body carries it: ``"12,"``."""
+    return f"{half_queue_offset},"
+
+
+def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
+    """Count a journalled resolution towards its queue's size trigger, after the current
+    database transaction commits. When this process has noted ``HALFMOON_OP_MSG_MAX_SIZE``
+    bytes for a queue, a flush of that queue is queued (a Celery task; nobody waits for it)."""
+    size = len(op_entry(half_queue_offset))
+
+    def note() -> None:
+        with _buffered_lock:
+            total = _buffered.get(half_queue_id, 0) + size
+            full = total >= setting("HALFMOON_OP_MSG_MAX_SIZE")
+            _buffered[half_queue_id] = 0 if full else total
+        if full:
+            try:
+                current_app.send_task(OP_FLUSH_TASK, args=[half_queue_id])
+            except Exception:  # noqa: BLE001 - the beat flush will write it within the interval
+                logger.warning(
+                    "could not queue an Op flush of half queue %d", half_queue_id, exc_info=True
+                )
+
+    transaction.on_commit(note)
+
+
+def op_flush(*, half_queue_id: int) -> int:
+    """Write the unflushed resolutions of one half queue as Op messages; return how many Op
+    messages were written (0 when there was nothing to flush).
+
+    Rows locked by a concurrent flush are skipped (``SKIP LOCKED``), so two flushers never
+    write the same offset. At most ``OP_FLUSH_LIMIT`` resolutions per call.
+    """
+    max_size = setting("HALFMOON_OP_MSG_MAX_SIZE")
+    written = 0
+    with transaction.atomic():
+        rows = list(
+            Resolution.objects.select_for_update(skip_locked=True)
+            .filter(half_queue_id=half_queue_id, op_commit_log_offset__isnull=True)
+            .order_by("half_queue_offset")
+            .values_list("pk", "half_queue_offset")[:OP_FLUSH_LIMIT]
+        )
+        batch: list[int] = []
+        body = ""
+        for pk, offset in rows:
+            entry = op_entry(offset)
+            if body and len(body) + len(entry) > max_size:
+                _op_write(half_queue_id, body, batch)
+                written += 1
+                batch, body = [], ""
+            batch.append(pk)
+            body += entry
+        if batch:
+            _op_write(half_queue_id, body, batch)
+            written += 1
+    return written
+
+
+def _op_write(half_queue_id: int, body: str, resolution_ids: list[int]) -> None:
+    op = message_put(
+        topic=OP_HALF_TOPIC,
+        queue_id=half_queue_id,
+        msg_id=new_msg_id(),
+        body=body.encode("ascii"),
+        tags=OP_REMOVE_TAG,
+        system_queue_nums=setting("HALFMOON_HALF_QUEUE_NUMS"),
+    )
+    Resolution.objects.filter(pk__in=resolution_ids).update(
+        op_commit_log_offset=op.commit_log_offset
+    )
+
+
+def op_flush_all() -> int:
+    """Flush every half queue that has unflushed resolutions; return Op messages written."""
+    queues = (
+        Resolution.objects.filter(op_commit_log_offset__isnull=True)
+        .values_list("half_queue_id", flat=True)
+        .distinct()
+    )
+    return sum(op_flush(half_queue_id=q) for q in sorted(queues))
