@@ -17,10 +17,25 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from broker.constants import FINISH_LATENCY_BUCKETS_S
 from broker.models import Transaction, TransactionEvent, TransactionState
 
+# Labels present from the first scrape, at 0, so rates and alerts work before the first event.
+CHECK_OUTCOMES = (
+    "COMMIT_MESSAGE",
+    "ROLLBACK_MESSAGE",
+    "UNKNOW",
+    "ACCEPTED",
+    "TIMEOUT",
+    "INVALID",
+    "POLLED",
+    "UNDELIVERED",
+)
+DISCARD_REASONS = ("check_max", "file_reserved_time")
+OPERATOR_ACTIONS = ("resolved:COMMIT", "resolved:ROLLBACK", "resumed")
+
 
 class BrokerCollector(Collector):
     """rocketmq_half_messages, rocketmq_commit_messages_total, rocketmq_rollback_messages_total,
-    rocketmq_finish_message_latency, and halfmoon_checks_total / halfmoon_discarded_total."""
+    rocketmq_finish_message_latency (RIP-46), and halfmoon_checks_total{outcome},
+    halfmoon_discarded_total{reason}, halfmoon_operator_actions_total{kind}."""
 
     def collect(self) -> Iterator[object]:
         half = GaugeMetricFamily(
@@ -47,18 +62,42 @@ class BrokerCollector(Collector):
 
         checks = CounterMetricFamily(
             "halfmoon_checks",
-            "Back-checks by outcome: sent (delivered) or undelivered",
+            "Back-checks by outcome: the producer's answer (COMMIT_MESSAGE, ROLLBACK_MESSAGE, "
+            "UNKNOW, ACCEPTED for 202, TIMEOUT, INVALID), POLLED (handed to a poller) or "
+            "UNDELIVERED (not sent, not counted in check_times)",
             labels=["outcome"],
         )
         discarded = CounterMetricFamily(
-            "halfmoon_discarded", "Transactions discarded by the check scan"
+            "halfmoon_discarded", "Transactions discarded by the check scan", labels=["reason"]
         )
-        counts = dict(TransactionEvent.objects.values_list("kind").annotate(n=Count("pk")))
-        checks.add_metric(["sent"], counts.get(TransactionEvent.Kind.CHECK_SENT, 0))
-        checks.add_metric(["undelivered"], counts.get(TransactionEvent.Kind.CHECK_UNDELIVERED, 0))
-        discarded.add_metric([], counts.get(TransactionEvent.Kind.DISCARDED, 0))
+        operator = CounterMetricFamily(
+            "halfmoon_operator_actions", "Operator resolutions and resumes", labels=["kind"]
+        )
+        check_counts = dict.fromkeys(CHECK_OUTCOMES, 0)
+        discard_counts = dict.fromkeys(DISCARD_REASONS, 0)
+        operator_counts = dict.fromkeys(OPERATOR_ACTIONS, 0)
+        rows = (
+            TransactionEvent.objects.values_list("kind", "outcome")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
+        for kind, outcome, n in rows:
+            if kind in (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UNDELIVERED):
+                check_counts[outcome] = check_counts.get(outcome, 0) + n
+            elif kind == TransactionEvent.Kind.DISCARDED:
+                discard_counts[outcome] = discard_counts.get(outcome, 0) + n
+            else:
+                label = f"{kind}:{outcome}" if outcome else kind
+                operator_counts[label] = operator_counts.get(label, 0) + n
+        for outcome, n in check_counts.items():
+            checks.add_metric([outcome], n)
+        for reason, n in discard_counts.items():
+            discarded.add_metric([reason], n)
+        for label, n in operator_counts.items():
+            operator.add_metric([label], n)
         yield checks
         yield discarded
+        yield operator
 
     def _latency(self) -> HistogramMetricFamily:
         """Seconds from half message to commit or rollback, per topic (one aggregate query)."""

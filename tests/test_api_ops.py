@@ -11,9 +11,11 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.api import urls as api_urls
+from broker.models import Transaction
 from broker.services.admin import producer_group_create
 from tests.api_helpers import ERROR_KEYS, assert_error, end, post, send_half
 from tests.conftest import client_for
+from tests.support import CheckServer, due_at, prepare, round_for
 
 # --- /healthz ------------------------------------------------------------------------------------
 
@@ -80,9 +82,10 @@ def test_metrics_are_prometheus_text_reflecting_transactions(
 def test_metrics_name_the_check_counters_from_the_start(anonymous):
     found = samples(anonymous)
 
-    assert found[("halfmoon_checks_total", (("outcome", "sent"),))] == 0
-    assert found[("halfmoon_checks_total", (("outcome", "undelivered"),))] == 0
-    assert found[("halfmoon_discarded_total", ())] == 0
+    for outcome in ("COMMIT_MESSAGE", "ROLLBACK_MESSAGE", "UNKNOW", "TIMEOUT", "UNDELIVERED"):
+        assert found[("halfmoon_checks_total", (("outcome", outcome),))] == 0
+    assert found[("halfmoon_discarded_total", (("reason", "check_max"),))] == 0
+    assert found[("halfmoon_discarded_total", (("reason", "file_reserved_time"),))] == 0
 
 
 # --- /api/schema/ and /api/docs/ -----------------------------------------------------------------
@@ -385,3 +388,20 @@ def test_a_post_without_a_body_is_invalid_input(owner):
     error = assert_error(post(owner, "/api/v1/topics", None), 400, "invalid_input")
 
     assert "name" in error["details"]["fields"]
+
+
+@pytest.mark.django_db
+def test_metrics_count_checks_by_the_producers_answer_and_discards_by_reason(
+    anonymous, owner, topic, broker_settings
+):
+    broker_settings["HALFMOON_TRANSACTION_CHECK_MAX"] = 1
+    with CheckServer() as server:  # answers UNKNOW
+        producer_group_create(name="G", check_url=server.url)
+        tx = prepare()
+        round_for(tx, due_at(tx))  # one check, answered UNKNOW
+        tx.refresh_from_db()
+        round_for(tx, tx.next_check_timestamp)  # check max reached: discarded
+    assert Transaction.objects.get(pk=tx.pk).state == "DISCARDED"
+    found = samples(anonymous)
+    assert found[("halfmoon_checks_total", (("outcome", "UNKNOW"),))] == 1
+    assert found[("halfmoon_discarded_total", (("reason", "check_max"),))] == 1

@@ -88,6 +88,25 @@ class TransactionEndInSerializer(serializers.Serializer):
     )
 
 
+class TransactionResolveInSerializer(serializers.Serializer):
+    """An operator's resolution (admin key): the body as documented in the schema."""
+
+    action = serializers.ChoiceField(choices=["commit", "rollback"])
+    reason = serializers.CharField(
+        max_length=1024,
+        help_text="Why (required, not blank): kept in the audit trail with the access key's name.",
+    )
+
+
+class TransactionResolveInputSerializer(TransactionResolveInSerializer):
+    """What the resolve view validates: a missing, null or blank ``reason`` passes through to
+    ``transaction_operator_resolve``, which answers 400 ``reason_required`` for all three."""
+
+    reason = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
+    )
+
+
 class TransactionListQuerySerializer(serializers.Serializer):
     state = serializers.ChoiceField(
         choices=["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"], required=False

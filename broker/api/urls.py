@@ -38,4 +38,14 @@ urlpatterns = [
         views.TransactionEndView.as_view(),
         name="transaction-end",
     ),
+    path(
+        "transactions/<str:transaction_id>/resolve",
+        views.TransactionResolveView.as_view(),
+        name="transaction-resolve",
+    ),
+    path(
+        "transactions/<str:transaction_id>/resume-check",
+        views.TransactionResumeCheckView.as_view(),
+        name="transaction-resume-check",
+    ),
 ]

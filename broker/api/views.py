@@ -22,7 +22,7 @@ from broker.api.permissions import (
 )
 from broker.errors import Forbidden, NotFound
 from broker.models import ConsumerGroup, ProducerGroup
-from broker.services import admin, checks, consumers, messages, transactions
+from broker.services import admin, checks, consumers, messages, operator, transactions
 from broker.services.polling import poll_until
 
 ERRORS = {
@@ -326,6 +326,60 @@ class TransactionEndView(APIView):
             remark=data["remark"],
         )
         return Response(s.TransactionEndOutSerializer(tx).data)
+
+
+def _operator_actor(request: Request) -> str:
+    """Who an operator action is recorded as: ``operator:<access key name>``."""
+    return f"operator:{request.user.name}"
+
+
+class TransactionResolveView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        request=s.TransactionResolveInSerializer,
+        responses={200: s.TransactionOutSerializer, **_errors(404, 409)},
+        summary="Commit or roll back a PREPARED or DISCARDED transaction by hand (admin key)",
+        description=(
+            "An operator resolves the transaction exactly once: commit delivers it to its "
+            "topic and queue with its msg_id, rollback drops it; `resolved_by` becomes "
+            "`operator`. The reason is required (400 `reason_required` when missing, null or "
+            "blank) and kept in the audit trail with the access key's name. 409 "
+            "`transaction_already_resolved` (with `details.state`) if it is COMMITTED or "
+            "ROLLED_BACK, a repeat of this call included: nothing is delivered twice."
+        ),
+    )
+    def post(self, request: Request, transaction_id: str) -> Response:
+        data = _valid(s.TransactionResolveInputSerializer, request.data)
+        tx = operator.transaction_operator_resolve(
+            transaction_id=transaction_id,
+            action=data["action"],
+            reason=data["reason"] or "",
+            actor=_operator_actor(request),
+        )
+        return Response(s.TransactionOutSerializer(tx).data)
+
+
+class TransactionResumeCheckView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        request=None,
+        responses={200: s.TransactionOutSerializer, **_errors(404, 409)},
+        summary="Resume the back-checks of a DISCARDED transaction (admin key)",
+        description=(
+            "RocketMQ's resumeCheckHalfMessage: the half message is re-appended to its half "
+            "queue and the transaction is PREPARED again with `check_times` 0, checked at the "
+            "next scan. Its `born_timestamp` is kept, so one older than "
+            "HALFMOON_FILE_RESERVED_HOURS is discarded again at once. 409 "
+            "`transaction_not_discarded` (with `details.state`) otherwise."
+        ),
+    )
+    def post(self, request: Request, transaction_id: str) -> Response:
+        tx = operator.transaction_resume_check(
+            transaction_id=transaction_id, actor=_operator_actor(request)
+        )
+        return Response(s.TransactionOutSerializer(tx).data)
 
 
 # --- Consumers ----------------------------------------------------------------------------------

@@ -89,18 +89,10 @@ def message_put(
         LookupError: the queue does not exist (and ``system_queue_nums`` is None).
         IntegrityError: ``prepared_transaction_offset`` was already delivered.
     """
-    try:
-        queue_offset = queue_offset_next(topic, queue_id)
-    except LookupError:  # raised after an UPDATE of no row: the transaction is still usable
-        if system_queue_nums is None:
-            raise
-        system_topic_ensure(topic, max(system_queue_nums, queue_id + 1))
-        queue_offset = queue_offset_next(topic, queue_id)
     stored = now_ms()
-    return Message.objects.create(
+    message = Message(
         topic=topic,
         queue_id=queue_id,
-        queue_offset=queue_offset,
         msg_id=msg_id,
         tags=tags,
         keys=keys,
@@ -113,3 +105,70 @@ def message_put(
         store_timestamp=stored,
         prepared_transaction_offset=prepared_transaction_offset,
     )
+    try:
+        _append(message)
+    except LookupError:  # raised before anything was written: the transaction is still usable
+        if system_queue_nums is None:
+            raise
+        system_topic_ensure(topic, max(system_queue_nums, queue_id + 1))
+        _append(message)
+    return message
+
+
+_COLUMNS = (
+    "topic",
+    "queue_id",
+    "msg_id",
+    "tags",
+    "keys",
+    "body",
+    "body_is_text",
+    "properties",
+    "sys_flag",
+    "producer_group",
+    "born_timestamp",
+    "store_timestamp",
+    "prepared_transaction_offset",
+)
+
+# PostgreSQL: take the queue offset and insert in one statement (one round trip, and the
+# counter row is locked only from here to COMMIT). No queue row: no insert, no row returned.
+_APPEND_SQL_POSTGRESQL = (
+    "WITH slot AS (UPDATE broker_consumequeue SET max_offset = max_offset + 1 "
+    "WHERE topic = %s AND queue_id = %s RETURNING max_offset - 1 AS queue_offset) "
+    f"INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
+    f"SELECT {', '.join(['%s'] * len(_COLUMNS))}, slot.queue_offset FROM slot "
+    "RETURNING commit_log_offset, queue_offset"
+)
+_INSERT_SQL = (
+    f"INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
+    f"VALUES ({', '.join(['%s'] * (len(_COLUMNS) + 1))}) RETURNING commit_log_offset"
+)
+
+
+def _append(message: Message) -> None:
+    """Store ``message`` at the next offset of its queue; set its queue and commit log offsets.
+
+    Values go through the model fields' own database preparation (JSON, bytes), so the same
+    row results as from ``Message.objects.create``.
+
+    Raises:
+        LookupError: the queue does not exist (nothing was written).
+    """
+    values = [
+        Message._meta.get_field(name).get_db_prep_save(getattr(message, name), connection)
+        for name in _COLUMNS
+    ]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(_APPEND_SQL_POSTGRESQL, [message.topic, message.queue_id, *values])
+            row = cursor.fetchone()
+            if row is None:
+                raise LookupError(f"no queue {message.topic}#{message.queue_id}")
+            message.commit_log_offset, message.queue_offset = row
+        else:
+            queue_offset = queue_offset_next(message.topic, message.queue_id)
+            cursor.execute(_INSERT_SQL, [*values, queue_offset])
+            message.commit_log_offset, message.queue_offset = cursor.fetchone()[0], queue_offset
+    message._state.adding = False
+    message._state.db = connection.alias
