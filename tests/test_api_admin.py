@@ -291,3 +291,10 @@ def test_the_owner_lists_consumer_groups(owner, consumer_group):
             "created_timestamp": consumer_group.created_timestamp,
         }
     ]
+
+
+@pytest.mark.parametrize("name", ["CID_RMQ_SYS_TRANS", "RMQ_SYS_X", "PID_RMQ_SYS_Y"])
+def test_the_brokers_own_group_names_are_refused(owner, name):
+    for path in ("/api/v1/consumer-groups", "/api/v1/producer-groups"):
+        response = owner.post(path, {"name": name}, format="json")
+        assert_error(response, 400, "reserved_group")

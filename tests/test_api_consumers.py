@@ -297,3 +297,10 @@ def test_an_invalid_ack_is_refused(consumer, consumer_group, data):
 
     error = assert_error(response, 400, "invalid_input")
     assert "receipt_handles" in error["details"]["fields"]
+
+
+def test_ack_for_an_unknown_consumer_group_is_404(owner, topic):
+    response = owner.post(
+        "/api/v1/consumer-groups/Nobody/ack", {"receipt_handles": ["x"]}, format="json"
+    )
+    assert_error(response, 404, "consumer_group_not_found")

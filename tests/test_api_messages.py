@@ -320,3 +320,12 @@ def test_a_key_query_on_an_unknown_topic_finds_nothing(owner):
 @pytest.mark.parametrize("query", ["", "?topic=TranTest", "?key=k", "?topic=bad%20name&key=k"])
 def test_a_key_query_needs_a_topic_and_a_key(owner, topic, query):
     assert_error(owner.get(f"/api/v1/messages{query}"), 400, "invalid_input")
+
+
+def test_a_normal_send_naming_an_unknown_producer_group_is_404(owner, topic):
+    response = owner.post(
+        "/api/v1/messages",
+        {"topic": "TranTest", "body": "x", "producer_group": "Nobody"},
+        format="json",
+    )
+    assert_error(response, 404, "producer_group_not_found")

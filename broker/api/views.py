@@ -21,6 +21,7 @@ from broker.api.permissions import (
     require_producer,
 )
 from broker.errors import Forbidden, NotFound
+from broker.lookups import producer_group_exists
 from broker.models import ConsumerGroup, ProducerGroup
 from broker.services import admin, checks, consumers, messages, operator, transactions
 from broker.services.polling import poll_until
@@ -197,6 +198,10 @@ class MessageListCreateView(APIView):
         group = data.get("producer_group")
         if group:
             require_producer(request, group)
+            if not producer_group_exists(group):
+                raise NotFound(
+                    f"Producer group {group} does not exist.", code="producer_group_not_found"
+                )
         elif request.user.producer_groups:
             group = min(request.user.producer_groups)
         message = messages.message_send(

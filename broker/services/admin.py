@@ -20,6 +20,20 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# Groups the broker uses itself (RocketMQ MixAll: CID_RMQ_SYS_*, the system producer groups).
+RESERVED_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_RMQ_", "PID_RMQ_SYS_", "RMQ_SYS_")
+
+
+def _check_group_name(kind: str, name: str) -> None:
+    _check_name(kind, name)
+    if name.startswith(RESERVED_GROUP_PREFIXES):
+        raise InvalidInput(
+            f"{name} is reserved for the broker's own use.",
+            code="reserved_group",
+            details={"name": name},
+        )
+
+
 def _check_name(kind: str, name: str) -> None:
     if not NAME_PATTERN.match(name or ""):
         raise InvalidInput(
@@ -64,7 +78,7 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
     Raises:
         InvalidInput: bad name. Conflict: ``producer_group_exists``.
     """
-    _check_name("producer group", name)
+    _check_group_name("producer group", name)
     try:
         with transaction.atomic():
             return ProducerGroup.objects.create(
@@ -99,7 +113,7 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     Raises:
         InvalidInput: bad name or attempts below 1. Conflict: ``consumer_group_exists``.
     """
-    _check_name("consumer group", name)
+    _check_group_name("consumer group", name)
     attempts = max_delivery_attempts or setting("HALFMOON_MAX_DELIVERY_ATTEMPTS")
     if attempts < 1:
         raise InvalidInput(

@@ -66,6 +66,13 @@ def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
     delivery.delete()
 
 
+def _consumer_group_get(name: str) -> ConsumerGroup:
+    group = ConsumerGroup.objects.filter(name=name).first()
+    if group is None:
+        raise NotFound(f"Consumer group {name} does not exist.", code="consumer_group_not_found")
+    return group
+
+
 def messages_receive(
     *, consumer_group: str, topic: str, max_messages: int, invisible_duration_ms: int
 ) -> list[Received]:
@@ -81,11 +88,7 @@ def messages_receive(
         Forbidden: ``system_topic``: half and Op messages (RMQ_SYS_*) and discarded ones
             (TRANS_CHECK_MAX_TIME_TOPIC) are never delivered; %DLQ%* and %RETRY%* may be received.
     """
-    group = ConsumerGroup.objects.filter(name=consumer_group).first()
-    if group is None:
-        raise NotFound(
-            f"Consumer group {consumer_group} does not exist.", code="consumer_group_not_found"
-        )
+    group = _consumer_group_get(consumer_group)
     if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == CHECK_MAX_TIME_TOPIC:
         raise Forbidden(
             f"Consumers may not receive from the system topic {topic}.",
@@ -175,7 +178,11 @@ def messages_ack(
 
     Returns:
         (acked, failed): failed lists ``{"receipt_handle", "code": "invalid_receipt_handle"}``.
+
+    Raises:
+        NotFound: ``consumer_group_not_found``.
     """
+    _consumer_group_get(consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
     with transaction.atomic():
         found = set(

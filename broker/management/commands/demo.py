@@ -1,4 +1,4 @@
-"""``manage.py demo [--url URL] [--messages 10] [--timeout-s 120]``: the RocketMQ transaction
+"""``manage.py demo [--url URL] [--messages 10] [--timeout-s S]``: the RocketMQ transaction
 example (TransactionProducer + TransactionListenerImpl + a consumer of TranTest) against a
 running broker (web server, Celery worker and beat).
 
@@ -37,6 +37,7 @@ from broker.client import (
     TransactionListener,
     TransactionProducer,
 )
+from broker.conf import setting
 from broker.models import AccessKey
 from broker.services.admin import access_key_create
 
@@ -79,6 +80,16 @@ def _values(values: list[int]) -> str:
     return ", ".join(str(v) for v in sorted(values)) or "none"
 
 
+def default_timeout_s() -> float:
+    """How long the UNKNOW transactions take to be discarded with this environment's settings:
+    the first check after the transaction timeout, then one check per interval up to the check
+    max, and the discard one interval later; plus a minute for scans and the consumer."""
+    timeout = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
+    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
+    check_max = setting("HALFMOON_TRANSACTION_CHECK_MAX")
+    return (timeout + (check_max + 1) * interval) / 1000 + 60
+
+
 class Command(BaseCommand):
     help = (
         "Run RocketMQ's transaction example (10 half messages to TranTest, a listener answering "
@@ -92,8 +103,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--timeout-s",
             type=float,
-            default=120.0,
-            help="give up (exit 1) if not every transaction is final and consumed by then",
+            default=None,
+            help="give up (exit 1) if not every transaction is final and consumed by then; "
+            "default: long enough for the check settings in this environment (the broker's "
+            "must match): timeout + (check max + 1) x check interval + 60 s",
         )
         parser.add_argument(
             "--check-host", default="127.0.0.1", help="where the producer serves back-checks"
@@ -112,7 +125,7 @@ class Command(BaseCommand):
         self._out_lock = threading.Lock()
         url: str = options["url"].rstrip("/")
         count: int = options["messages"]
-        timeout_s: float = options["timeout_s"]
+        timeout_s: float = options["timeout_s"] or default_timeout_s()
         if count < 1:
             raise CommandError("--messages must be at least 1.")
 
