@@ -626,3 +626,12 @@ def test_the_schema_documents_the_operator_endpoints(anonymous, db):
     ref = resolve["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     body = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
     assert set(body["required"]) == {"action", "reason"}
+
+
+def test_resolve_and_resume_answer_only_post(owner, topic, producer_group):
+    tx = prepare()
+
+    for url in (resolve_url(tx.pk), resume_url(tx.pk)):
+        assert_error(owner.get(url), 405, "method_not_allowed")
+        assert_error(owner.put(url, {}, format="json"), 405, "method_not_allowed")
+    assert _tx(tx).state == "PREPARED"

@@ -89,7 +89,7 @@ class TransactionEndInSerializer(serializers.Serializer):
 
 
 class TransactionResolveInSerializer(serializers.Serializer):
-    """An operator's resolution (admin key): the body as documented in the schema."""
+    """An operator's resolution (admin key): commit or roll back, and why."""
 
     action = serializers.ChoiceField(choices=["commit", "rollback"])
     reason = serializers.CharField(
@@ -197,6 +197,8 @@ class ProducerGroupOutSerializer(serializers.ModelSerializer):
             "unreachable_since",
             "last_check_error",
             "last_poll_timestamp",
+            "check_failures",
+            "check_backoff_until",
         ]
 
 

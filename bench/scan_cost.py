@@ -1,0 +1,917 @@
+"""What one back-check scan costs with 1,000 pending transactions over a long history.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench \\
+        .venv/bin/python bench/scan_cost.py [--passes 3] [--warmup 1] [--explain]
+
+For each history size (100,000 and 1,000,000 resolved transactions by default) the bench:
+
+1. drops and recreates the database ``<name>_100k`` / ``<name>_1m``, migrates it and seeds it
+   in bulk with SQL (``COPY`` of generated ids, then ``INSERT ... SELECT``): the rows a broker
+   leaves behind after that many transactions went through ``transaction_prepare``,
+   ``transaction_end`` / ``transaction_resolve_locked`` and ``op_flush``, with 1,000 PREPARED
+   transactions interleaved through the history and due for a check; then ``VACUUM ANALYZE``
+   and ``CHECKPOINT``;
+2. in a fresh Django process (the settings read from the environment), runs what the Celery
+   task runs for every half queue, ``tasks.checks.check_half_queue(q)`` for each half queue:
+   lease, check rounds (claim, 1,000 signed checks POSTed to a local producer that answers
+   UNKNOW, apply), Op flush, checkpoint advance. One untimed warm-up pass, then ``--passes``
+   timed passes; between passes the pending transactions are put back as seeded (due again).
+
+Every process is started here in its own process group and killed on exit (also on Ctrl-C).
+Figures per size: pass times, checks sent, queries and SQL time per pass, where the time goes
+(by step and by statement). The last line is::
+
+    scan_s_100k=<s> scan_s_1m=<s> ratio=<1m / 100k>
+
+The target is ratio < 1.5: the scan's cost follows the pending transactions, not the history.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import sys
+import time
+import urllib.request
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg.sql
+from throughput import CHILDREN, LOG_DIR, ROOT, Pg, _exit_on_signal, base_env, run, wait_http
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
+PORT_RANGE = range(18200, 18250)
+
+# What the seed mirrors (broker.constants and the defaults of halfmoon/broker_settings.py).
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+OP_REMOVE_TAG = "d"
+SYS_FLAG_PREPARED, SYS_FLAG_COMMIT = 0x4, 0x8
+TOPIC, GROUP, TOPIC_QUEUES = "ScanTopic", "ScanGroup", 4
+TRANSACTION_TIMEOUT_MS = 6000  # HALFMOON_TRANSACTION_TIMEOUT_MS: check_immunity_ms of each row
+CHECK_INTERVAL_MS = 30000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS
+OP_MSG_MAX_SIZE = 4096  # HALFMOON_OP_MSG_MAX_SIZE
+OFFSETS_PER_OP = 500  # what a loaded broker's Op messages name (fewer if 500 would not fit)
+ROLLBACK_SHARE = 0.10  # of the resolved transactions; the rest commit
+BY_CHECK_SHARE = 0.02  # resolved after one back-check rather than by the producer
+SEED_CHECKS_MAX = 2  # checks a pending transaction already had (capped by its age)
+RATE_TX_PER_S = 300  # the history's pace: 1,000,000 transactions span ~56 minutes
+TAIL_MS = 60_000  # the newest transaction was born this long before the seed
+
+
+# --- The producer answering back-checks -----------------------------------------------------
+
+_UNKNOW = b'{"state":"UNKNOW"}'
+_received = {"checks": 0}
+
+
+async def check_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """ASGI app of the bench's producer (served by uvicorn in its own process): every POST is a
+    back-check and is answered ``{"state":"UNKNOW"}`` at once (no signature check, so the
+    producer side costs as little as possible); ``GET /count`` answers how many it received."""
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    if scope["method"] == "POST":
+        _received["checks"] += 1
+        body = _UNKNOW
+    else:
+        body = json.dumps(_received).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def checks_received(port: int) -> int:
+    """How many back-checks the producer on ``port`` has answered so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=5) as response:
+        return int(json.load(response)["checks"])
+
+
+def pick_port(wanted: int | None) -> int:
+    """``wanted``, or the first port of 18200-18249 nothing listens on."""
+    for port in [wanted] if wanted else PORT_RANGE:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit(f"no free port in {wanted or '18200-18249'}")
+
+
+def start_check_server(port: int) -> None:
+    """Serve ``check_app`` with uvicorn (httptools, uvloop, one process) and wait for it."""
+    log = LOG_DIR / "scan-check-server.log"
+    log.write_text("")
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "scan_cost:check_app",
+        "--app-dir",
+        str(BENCH_DIR),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--http",
+        "httptools",
+        "--loop",
+        "uvloop",
+        "--lifespan",
+        "off",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    proc = CHILDREN.start(cmd, log=log)
+    wait_http(port, "/count", proc, log)
+
+
+# --- Seeding ------------------------------------------------------------------------------------
+
+
+def generated_transactions(
+    history: int, pending: int, half_queues: int, seed: int
+) -> Iterator[tuple[int, str, int, int, str, bool]]:
+    """(seq, transaction id, half queue, real queue, kind, resolved by a check) in birth order.
+
+    Ids are 32 upper-case hex digits like ``new_msg_id``; the half queue is
+    ``half_queue_select`` (CRC32 of ``half:<id>``) and the real queue ``queue_select`` (CRC32
+    of the id), as ``transaction_prepare`` computes them. kind: P (pending, spread evenly through
+    the history), C (committed) or R (rolled back).
+    """
+    rng = random.Random(seed)
+    total = history + pending
+    pending_at = {((2 * j + 1) * total) // (2 * pending) for j in range(pending)}
+    for seq in range(total):
+        tid = f"{rng.getrandbits(128):032X}"
+        hq = zlib.crc32(b"half:" + tid.encode()) % half_queues
+        rq = zlib.crc32(tid.encode()) % TOPIC_QUEUES
+        if seq in pending_at:
+            yield seq, tid, hq, rq, "P", False
+        else:
+            kind = "R" if rng.random() < ROLLBACK_SHARE else "C"
+            yield seq, tid, hq, rq, kind, rng.random() < BY_CHECK_SHARE
+
+
+def _seed_sql(
+    *, now: int, total: int, half_queues: int, offsets_per_op: int, check_url: str, secret: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that turn the staged ids (temp table ``seed_tx``) into a broker's rows."""
+    p: dict[str, Any] = {
+        "now": now,
+        "total": total,
+        "rate": RATE_TX_PER_S,
+        "tail": TAIL_MS,
+        "immunity": TRANSACTION_TIMEOUT_MS,
+        "interval": CHECK_INTERVAL_MS,
+        "max_checks": SEED_CHECKS_MAX,
+        "per_op": offsets_per_op,
+        "topic": TOPIC,
+        "group": GROUP,
+        "half": HALF_TOPIC,
+        "op": OP_HALF_TOPIC,
+        "tag_op": OP_REMOVE_TAG,
+        "flag_prepared": SYS_FLAG_PREPARED,
+        "flag_commit": SYS_FLAG_COMMIT,
+        "queues": TOPIC_QUEUES,
+        "half_queues": half_queues,
+        "check_url": check_url,
+        "secret": secret,
+        "check_group": CHECK_GROUP,
+        "created": now - total * 1000 // RATE_TX_PER_S - TAIL_MS - 3_600_000,
+    }
+    # Every transaction, with its offsets and times. seq is the birth order; commit log offsets
+    # are 3*seq+1 (half message), 3*seq+2 (delivered copy) and 3*seq+3 (an Op message flushed
+    # right after the transaction that filled it), so the commit log interleaves them as a broker
+    # appends them. A pending transaction had up to SEED_CHECKS_MAX checks (as many as its age
+    # allows), one interval apart; its next check is due.
+    stage = """
+        CREATE TEMP TABLE seed AS
+        SELECT s.*,
+               row_number() OVER (PARTITION BY hq ORDER BY seq) - 1 AS hqo,
+               CASE WHEN kind = 'C'
+                    THEN row_number() OVER (PARTITION BY rq, kind = 'C' ORDER BY seq) - 1 END AS rqo,
+               %(now)s - (%(total)s - seq) * 1000 / %(rate)s - %(tail)s AS born,
+               'order-' || seq AS keys,
+               CASE WHEN kind = 'P' THEN least(%(max_checks)s, greatest(0,
+                    (%(now)s - (%(total)s - seq) * 1000 / %(rate)s - %(tail)s - %(immunity)s
+                     - 1000) / %(interval)s)) ELSE 0 END AS pending_checks
+        FROM seed_tx s
+    """
+    times = """
+        CREATE TEMP TABLE seed_t AS
+        SELECT s.*,
+               CASE WHEN kind = 'P' THEN NULL
+                    WHEN by_check THEN born + %(immunity)s + 7
+                    ELSE born + 2 END AS resolved_ts,
+               CASE WHEN kind = 'P' THEN pending_checks WHEN by_check THEN 1 ELSE 0 END
+                   AS check_times
+        FROM seed s
+    """
+    # Op messages: each half queue's resolved offsets in order, OFFSETS_PER_OP per message (what
+    # op_flush writes under load: one message up to HALFMOON_OP_MSG_MAX_SIZE bytes).
+    op_chunks = """
+        CREATE TEMP TABLE seed_res AS
+        SELECT seq, tid, hq, hqo, kind, by_check, resolved_ts,
+               (row_number() OVER (PARTITION BY hq ORDER BY hqo) - 1) / %(per_op)s AS opo
+        FROM seed_t WHERE kind <> 'P'
+    """
+    ops = """
+        CREATE TEMP TABLE seed_op AS
+        SELECT hq, opo, 3 * max(seq) + 3 AS clo, max(hqo) AS last_hqo,
+               string_agg(hqo::text || ',', '' ORDER BY hqo) AS body,
+               max(resolved_ts) + 1 AS stored
+        FROM seed_res GROUP BY hq, opo
+    """
+    config = """
+        INSERT INTO broker_topic (name, queue_nums, system, created_timestamp) VALUES
+            (%(topic)s, %(queues)s, false, %(created)s),
+            (%(half)s, %(half_queues)s, true, %(created)s + 1000),
+            (%(op)s, %(half_queues)s, true, %(created)s + 2000);
+        INSERT INTO broker_producergroup (name, check_url, check_secret, created_timestamp,
+            unreachable_since, last_check_error, last_poll_timestamp, check_failures,
+            check_backoff_until)
+        VALUES (%(group)s, %(check_url)s, %(secret)s, %(created)s, NULL, '', NULL, 0, NULL);
+    """
+    # The commit log in commit log offset order: half messages as transaction_prepare stores
+    # them, delivered copies as transaction_resolve_locked does (half-only properties stripped,
+    # prepared_transaction_offset set), Op messages as op_flush does.
+    messages = """
+        INSERT INTO broker_message (commit_log_offset, topic, queue_id, queue_offset, msg_id,
+            tags, keys, body, body_is_text, properties, sys_flag, producer_group, born_timestamp,
+            store_timestamp, prepared_transaction_offset)
+        SELECT m.clo, m.topic, m.queue_id, m.queue_offset, m.msg_id, m.tags, m.keys,
+               CASE WHEN m.seq IS NULL THEN convert_to(m.op_body, 'UTF8')
+                    ELSE convert_to(rpad('{"order":' || m.seq || ',"amount":'
+                        || (m.seq * 7919 %% 100000) || ',"note":"', 1022, 'lorem ipsum dolor ')
+                        || '"}', 'UTF8') END,
+               true, m.properties, m.sys_flag, m.producer_group, m.born, m.stored, m.pto
+        FROM (
+            SELECT 3 * seq + 1 AS clo, %(half)s AS topic, hq AS queue_id, hqo AS queue_offset,
+                   tid AS msg_id, 'TagA' AS tags, keys, seq, NULL AS op_body,
+                   jsonb_build_object('order_id', seq::text, 'REAL_TOPIC', %(topic)s,
+                       'REAL_QID', rq::text, 'TRAN_MSG', 'true', 'PGROUP', %(group)s,
+                       'UNIQ_KEY', tid) AS properties,
+                   %(flag_prepared)s AS sys_flag, %(group)s AS producer_group, born,
+                   born AS stored, NULL::bigint AS pto
+            FROM seed_t
+            UNION ALL
+            SELECT 3 * seq + 2, %(topic)s, rq, rqo, tid, 'TagA', keys, seq, NULL,
+                   jsonb_build_object('order_id', seq::text, 'PGROUP', %(group)s,
+                       'UNIQ_KEY', tid),
+                   %(flag_commit)s, %(group)s, born, resolved_ts, 3 * seq + 1
+            FROM seed_t WHERE kind = 'C'
+            UNION ALL
+            SELECT clo, %(op)s, hq, opo, upper(replace(gen_random_uuid()::text, '-', '')),
+                   %(tag_op)s, '', NULL, body, '{}'::jsonb, 0, '', stored, stored, NULL
+            FROM seed_op
+        ) m
+        ORDER BY m.clo
+    """
+    transactions = """
+        INSERT INTO broker_transaction (transaction_id, producer_group, topic, queue_id, tags,
+            keys, half_queue_id, half_queue_offset, half_commit_log_offset, state, check_times,
+            check_immunity_ms, born_timestamp, next_check_timestamp, last_check_timestamp,
+            undelivered_checks, resolved_timestamp, resolved_by, queue_offset, discard_reason)
+        SELECT tid, %(group)s, %(topic)s, rq, 'TagA', keys, hq, hqo, 3 * seq + 1,
+               CASE kind WHEN 'P' THEN 'PREPARED' WHEN 'C' THEN 'COMMITTED'
+                   ELSE 'ROLLED_BACK' END,
+               check_times, %(immunity)s, born,
+               CASE WHEN kind = 'P' THEN born + %(immunity)s + check_times * %(interval)s END,
+               CASE WHEN check_times > 0
+                   THEN born + %(immunity)s + (check_times - 1) * %(interval)s + 5 END,
+               0, resolved_ts,
+               CASE WHEN kind = 'P' THEN NULL WHEN by_check THEN 'check' ELSE 'producer' END,
+               rqo, ''
+        FROM seed_t ORDER BY seq
+    """
+    resolutions = """
+        INSERT INTO broker_resolution (transaction_id, half_queue_id, half_queue_offset, action,
+            resolved_by, reason, resolved_timestamp, op_commit_log_offset)
+        SELECT r.tid, r.hq, r.hqo, CASE WHEN r.kind = 'C' THEN 'COMMIT' ELSE 'ROLLBACK' END,
+               CASE WHEN r.by_check THEN 'check' ELSE 'producer' END, '', r.resolved_ts, o.clo
+        FROM seed_res r JOIN seed_op o ON o.hq = r.hq AND o.opo = r.opo
+        ORDER BY r.resolved_ts, r.seq
+    """
+    # The check journal: the checks the pending transactions had (answered UNKNOW) and the one
+    # check that resolved the BY_CHECK_SHARE (answered COMMIT_MESSAGE / ROLLBACK_MESSAGE).
+    events = """
+        INSERT INTO broker_transactionevent (transaction_id, kind, timestamp, check_times,
+            outcome, actor, detail)
+        SELECT tid, 'check_sent', ts, n, outcome, 'http',
+               '{"status_code": 200, "error": ""}'::jsonb
+        FROM (
+            SELECT tid, born + %(immunity)s + (n - 1) * %(interval)s + 5 AS ts, n,
+                   'UNKNOW' AS outcome, seq
+            FROM seed_t, generate_series(1, check_times) AS n WHERE kind = 'P'
+            UNION ALL
+            SELECT tid, born + %(immunity)s + 5, 1,
+                   CASE WHEN kind = 'C' THEN 'COMMIT_MESSAGE' ELSE 'ROLLBACK_MESSAGE' END, seq
+            FROM seed_t WHERE by_check
+        ) e
+        ORDER BY ts, seq
+    """
+    # Queue counters (max_offset = next offset), the CID_RMQ_SYS_TRANS checkpoints where
+    # checkpoint_advance leaves them (half: the first pending offset; Op: the first Op message
+    # naming an offset at or past it), the scan leases as lease_release leaves them.
+    counters = """
+        INSERT INTO broker_consumequeue (topic, queue_id, max_offset)
+        SELECT %(topic)s, q, (SELECT count(*) FROM seed_t WHERE kind = 'C' AND rq = q)
+        FROM generate_series(0, %(queues)s - 1) AS q
+        UNION ALL
+        SELECT %(half)s, q, (SELECT count(*) FROM seed_t WHERE hq = q)
+        FROM generate_series(0, %(half_queues)s - 1) AS q
+        UNION ALL
+        SELECT %(op)s, q, (SELECT count(*) FROM seed_op WHERE hq = q)
+        FROM generate_series(0, %(half_queues)s - 1) AS q;
+        CREATE TEMP TABLE seed_ckpt AS
+        SELECT q, coalesce((SELECT min(hqo) FROM seed_t WHERE hq = q AND kind = 'P'),
+                           (SELECT count(*) FROM seed_t WHERE hq = q)) AS half_ckpt
+        FROM generate_series(0, %(half_queues)s - 1) AS q;
+        INSERT INTO broker_consumeroffset (consumer_group, topic, queue_id, "offset")
+        SELECT %(check_group)s, %(half)s, q, half_ckpt FROM seed_ckpt
+        UNION ALL
+        SELECT %(check_group)s, %(op)s, q,
+               coalesce((SELECT min(opo) FROM seed_op o WHERE o.hq = q AND o.last_hqo >= half_ckpt),
+                        (SELECT count(*) FROM seed_op o WHERE o.hq = q))
+        FROM seed_ckpt;
+        INSERT INTO broker_scanlease (name, owner, expires_timestamp)
+        SELECT 'check:' || q, '', 0 FROM generate_series(0, %(half_queues)s - 1) AS q;
+    """
+    sequences = """
+        SELECT setval(pg_get_serial_sequence('broker_message', 'commit_log_offset'),
+                      (SELECT max(commit_log_offset) FROM broker_message));
+        SELECT setval(pg_get_serial_sequence('broker_resolution', 'id'),
+                      (SELECT max(id) FROM broker_resolution));
+        SELECT setval(pg_get_serial_sequence('broker_transactionevent', 'id'),
+                      greatest(1, (SELECT max(id) FROM broker_transactionevent)));
+    """
+    return [
+        ("stage", {"sql": stage, **p}),
+        ("times", {"sql": times, **p}),
+        ("op chunks", {"sql": op_chunks, **p}),
+        ("op messages", {"sql": ops, **p}),
+        ("topics, group", {"sql": config, **p}),
+        ("commit log", {"sql": messages, **p}),
+        ("transactions", {"sql": transactions, **p}),
+        ("resolutions", {"sql": resolutions, **p}),
+        ("check journal", {"sql": events, **p}),
+        ("queues, checkpoints, leases", {"sql": counters, **p}),
+        ("sequences", {"sql": sequences, **p}),
+    ]
+
+
+BULK_TABLES = [
+    "broker_message",
+    "broker_transaction",
+    "broker_resolution",
+    "broker_transactionevent",
+]
+
+
+def indexes_drop(conn: psycopg.Connection) -> list[psycopg.sql.Composable]:
+    """Drop the keys, indexes and foreign keys of the bulk-loaded tables (``BULK_TABLES``, and
+    foreign keys pointing at them); return the statements that recreate them exactly as the
+    migrations made them (same names and definitions), in an order that works. Loading first
+    and indexing after is ~10x faster than maintaining a dozen indexes row by row."""
+    foreign = conn.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE contype = 'f' AND (conrelid::regclass::text = ANY(%s)"
+        " OR confrelid::regclass::text = ANY(%s))",
+        [BULK_TABLES, BULK_TABLES],
+    ).fetchall()
+    keys = conn.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE contype IN ('p', 'u') AND conrelid::regclass::text = ANY(%s)",
+        [BULK_TABLES],
+    ).fetchall()
+    indexes = conn.execute(
+        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.schemaname = 'public'"
+        " AND i.tablename = ANY(%s) AND NOT EXISTS (SELECT 1 FROM pg_constraint c"
+        " WHERE c.conname = i.indexname AND c.contype IN ('p', 'u'))",
+        [BULK_TABLES],
+    ).fetchall()
+    for table, name, _ in [*foreign, *keys]:
+        conn.execute(
+            psycopg.sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                psycopg.sql.Identifier(table), psycopg.sql.Identifier(name)
+            )
+        )
+    for name, _ in indexes:
+        conn.execute(psycopg.sql.SQL("DROP INDEX {}").format(psycopg.sql.Identifier(name)))
+    add = psycopg.sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format
+    return [
+        *(
+            add(psycopg.sql.Identifier(t), psycopg.sql.Identifier(n)) + psycopg.sql.SQL(d)
+            for t, n, d in keys
+        ),
+        *(psycopg.sql.SQL(d) for _, d in indexes),
+        *(
+            add(psycopg.sql.Identifier(t), psycopg.sql.Identifier(n)) + psycopg.sql.SQL(d)
+            for t, n, d in foreign
+        ),
+    ]
+
+
+def seed(
+    pg: Pg, dbname: str, *, history: int, pending: int, half_queues: int, check_url: str
+) -> None:
+    """Fill the migrated database ``dbname`` with ``history`` resolved and ``pending`` PREPARED
+    transactions, then VACUUM ANALYZE and CHECKPOINT. Prints what it wrote and how long it took."""
+    t0 = time.monotonic()
+    total = history + pending
+    digits = len(str(max(1, total // half_queues * 2)))
+    per_op = min(OFFSETS_PER_OP, OP_MSG_MAX_SIZE // (digits + 1))
+    now = time.time_ns() // 1_000_000
+    secret = os.urandom(32).hex()  # producer_group_create: secrets.token_hex(32)
+    with pg.connect(dbname) as conn:
+        conn.execute("SET work_mem = '256MB'")
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute(
+            "CREATE TEMP TABLE seed_tx (seq bigint PRIMARY KEY, tid text NOT NULL, hq int NOT NULL,"
+            " rq int NOT NULL, kind text NOT NULL, by_check bool NOT NULL)"
+        )
+        copy_sql = "COPY seed_tx (seq, tid, hq, rq, kind, by_check) FROM STDIN"
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            for row in generated_transactions(history, pending, half_queues, seed=total):
+                copy.write_row(row)
+        steps = [f"ids {time.monotonic() - t0:.1f} s"]
+        t = time.monotonic()
+        rebuild = indexes_drop(conn)
+        steps.append(f"drop indexes {time.monotonic() - t:.1f} s")
+        for label, params in _seed_sql(
+            now=now,
+            total=total,
+            half_queues=half_queues,
+            offsets_per_op=per_op,
+            check_url=check_url,
+            secret=secret,
+        ):
+            t = time.monotonic()
+            sql_text = params.pop("sql")
+            with psycopg.ClientCursor(conn) as cur:  # client-side binding: DDL takes no $1
+                for statement in filter(str.strip, sql_text.split(";\n")):
+                    cur.execute(statement, params)
+            steps.append(f"{label} {time.monotonic() - t:.1f} s")
+        t = time.monotonic()
+        for statement in rebuild:
+            conn.execute(statement)
+        steps.append(f"rebuild indexes and constraints {time.monotonic() - t:.1f} s")
+        t = time.monotonic()
+        conn.execute("VACUUM ANALYZE")
+        steps.append(f"vacuum analyze {time.monotonic() - t:.1f} s")
+        conn.execute("CHECKPOINT")
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM broker_message WHERE topic = %s),"
+            " (SELECT count(*) FROM broker_message WHERE topic = %s),"
+            " (SELECT count(*) FROM broker_message WHERE topic = %s),"
+            " (SELECT count(*) FROM broker_transaction WHERE state = 'PREPARED'),"
+            " (SELECT count(*) FROM broker_resolution),"
+            " (SELECT count(*) FROM broker_transactionevent),"
+            " pg_size_pretty(pg_database_size(current_database()))",
+            [HALF_TOPIC, TOPIC, OP_HALF_TOPIC],
+        ).fetchone()
+    print(
+        f"{dbname}: seeded in {time.monotonic() - t0:.1f} s ({', '.join(steps)}): "
+        f"{counts[0]} half messages, {counts[1]} delivered, {counts[2]} Op messages "
+        f"(~{per_op} offsets each), {counts[4]} resolutions, {counts[3]} PREPARED, "
+        f"{counts[5]} check events; database {counts[6]}",
+        flush=True,
+    )
+
+
+# --- The timed scan (a Django process per database) ---------------------------------------------
+
+PHASES = [
+    ("claim", "broker.services.checks", "check_claim"),
+    ("rate limit", "broker.services.checks", "_rate_limited"),
+    ("send", "broker.services.checks", "checks_send"),
+    ("apply", "broker.services.checks", "check_outcomes_apply"),
+    ("op flush", "tasks.checks", "op_flush"),
+    ("checkpoint", "tasks.checks", "checkpoint_advance"),
+    ("lease", "tasks.checks", "lease_acquire"),
+    ("lease", "tasks.checks", "lease_release"),
+]
+
+
+class Meter:
+    """Time spent in each step of the scan and in each kind of SQL statement.
+
+    Wraps the step functions (module attributes, looked up at call time by their callers) and
+    the database connection's ``execute`` (``connection.execute_wrapper``): nothing in broker/
+    or tasks/ changes. Statements are grouped by innermost step, verb, table and shape.
+    """
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.phase_s: dict[str, float] = {}
+        self.sql: dict[str, list[float]] = {}
+        self.samples: dict[str, tuple[str, Any]] = {}
+
+    def reset(self) -> None:
+        self.phase_s, self.sql = {}, {}
+
+    def install(self) -> None:
+        import importlib
+
+        for phase, module_name, attr in PHASES:
+            module = importlib.import_module(module_name)
+            setattr(module, attr, self._wrap(phase, getattr(module, attr)))
+
+    def _wrap(self, phase: str, func: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self.stack.append(phase)
+            t = time.perf_counter()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.phase_s[phase] = self.phase_s.get(phase, 0.0) + time.perf_counter() - t
+                self.stack.pop()
+
+        return timed
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            key = f"{self.stack[-1] if self.stack else 'other'}: {statement_kind(sql)}"
+            entry = self.sql.setdefault(key, [0, 0.0])
+            entry[0] += 1
+            entry[1] += time.perf_counter() - t
+            self.samples.setdefault(key, (sql, params))
+
+
+def statement_kind(sql: str) -> str:
+    """A short name for a statement: verb, table and what makes it distinctive."""
+    head = sql.lstrip().split(None, 1)[0].upper()
+    if head == "WITH":
+        head = "WITH..INSERT" if "INSERT" in sql.upper() else "WITH"
+    match = re.search(r'(?:FROM|INTO|UPDATE)\s+"?(\w+)"?', sql, re.IGNORECASE)
+    table = match.group(1).removeprefix("broker_") if match else "?"
+    marks = [
+        name
+        for name, needle in (
+            ("row_number", "ROW_NUMBER"),
+            ("for update", "FOR UPDATE"),
+            ("min", "MIN("),
+            ("case", "CASE WHEN"),
+            ("in-list", " IN ("),
+            ("on conflict", "ON CONFLICT"),
+            ("max_offset", "MAX_OFFSET"),
+        )
+        if needle in sql.upper()
+    ]
+    return " ".join([head, table, *marks])
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    """Time ``--passes`` scans of the database this process's DATABASE_URL names; print the
+    figures and a ``RESULT {json}`` line for the parent."""
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection, transaction
+
+    from broker.conf import setting
+
+    meter = Meter()
+    meter.install()
+    import tasks.checks
+
+    half_queues = setting("HALFMOON_HALF_QUEUE_NUMS")
+    label = args.label
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE broker_producergroup SET check_url = %s WHERE name = %s",
+            [f"http://127.0.0.1:{args.check_port}/check", GROUP],
+        )
+        cur.execute("UPDATE broker_scanlease SET owner = '', expires_timestamp = 0")
+        cur.execute(
+            "SELECT transaction_id, check_times, next_check_timestamp, last_check_timestamp"
+            " FROM broker_transaction WHERE state = 'PREPARED'"
+        )
+        seeded = cur.fetchall()
+        cur.execute("SELECT coalesce(max(id), 0) FROM broker_transactionevent")
+        last_event = cur.fetchone()[0]
+        cur.execute("SELECT min(born_timestamp) FROM broker_transaction WHERE state = 'PREPARED'")
+        oldest = cur.fetchone()[0]
+    pending = len(seeded)
+    reserved_ms = setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000
+    if oldest is not None and time.time() * 1000 - oldest > reserved_ms:
+        print(f"{label}: WARNING the seed is older than HALFMOON_FILE_RESERVED_HOURS: reseed")
+
+    def restore() -> None:
+        """Put the pending transactions back as seeded (due, same check counts) and drop the
+        check journal entries of earlier passes, so every pass does the same work."""
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(
+                "UPDATE broker_transaction t SET check_times = v.ct, next_check_timestamp = v.nc,"
+                " last_check_timestamp = v.lc, undelivered_checks = 0"
+                " FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
+                " AS v(tid, ct, nc, lc) WHERE t.transaction_id = v.tid",
+                [list(col) for col in zip(*seeded, strict=True)],
+            )
+            cur.execute("DELETE FROM broker_transactionevent WHERE id > %s", [last_event])
+            cur.execute(
+                "UPDATE broker_producergroup SET check_failures = 0, check_backoff_until = NULL,"
+                " unreachable_since = NULL, last_check_error = ''"
+            )
+            cur.execute(
+                "SELECT count(*) FROM broker_transaction WHERE state = 'PREPARED'"
+                " AND next_check_timestamp <= %s",
+                [time.time_ns() // 1_000_000],
+            )
+            due = cur.fetchone()[0]
+        if due != pending:
+            raise RuntimeError(f"{due} of {pending} pending transactions are due after reset")
+
+    def one_pass() -> dict[str, Any]:
+        restore()
+        meter.reset()
+        before = checks_received(args.check_port)
+        totals: dict[str, int] = {}
+        with connection.execute_wrapper(meter):
+            t0 = time.perf_counter()
+            for queue_id in range(half_queues):
+                counts = tasks.checks.check_half_queue(queue_id)
+                if counts is None:
+                    raise RuntimeError(f"the lease of half queue {queue_id} was held")
+                for key, value in counts.items():
+                    totals[key] = totals.get(key, 0) + value
+            elapsed = time.perf_counter() - t0
+        received = checks_received(args.check_port) - before
+        return {
+            "seconds": elapsed,
+            "totals": totals,
+            "received": received,
+            "queries": sum(int(n) for n, _ in meter.sql.values()),
+            "sql_s": sum(s for _, s in meter.sql.values()),
+            "phases": dict(meter.phase_s),
+            "statements": {k: list(v) for k, v in meter.sql.items()},
+        }
+
+    for i in range(args.warmup):
+        warm = one_pass()
+        print(
+            f"{label} warm-up {i + 1}: {warm['seconds']:.3f} s, sent {warm['totals'].get('sent')}"
+        )
+    passes = []
+    for i in range(args.passes):
+        result = one_pass()
+        passes.append(result)
+        t = result["totals"]
+        print(
+            f"{label} pass {i + 1}: {result['seconds']:.3f} s; due {t.get('due')}, checks sent "
+            f"{t.get('sent')} (producer received {result['received']}, delivered "
+            f"{t.get('delivered')}, undelivered {t.get('undelivered')}); {result['queries']} "
+            f"queries, {result['sql_s']:.3f} s in SQL",
+            flush=True,
+        )
+        if t.get("sent") != pending or result["received"] != pending:
+            print(f"{label}: WARNING not all {pending} pending transactions were checked")
+    restore()
+    ordered = sorted(passes, key=lambda r: r["seconds"])
+    median = ordered[(len(ordered) - 1) // 2]
+    print(f"{label} median pass ({median['seconds']:.3f} s) by step (inclusive):")
+    for phase, seconds in sorted(median["phases"].items(), key=lambda kv: -kv[1]):
+        print(f"  {seconds:7.3f} s  {phase}")
+    print(f"{label} median pass by statement (count, total, mean):")
+    for key, (count, seconds) in sorted(median["statements"].items(), key=lambda kv: -kv[1][1]):
+        print(f"  {int(count):6d} {seconds:7.3f} s {1000 * seconds / count:7.3f} ms  {key}")
+    if args.explain:
+        explain(meter, label)
+    with connection.cursor() as cur:
+        cur.execute(
+            'SELECT topic, queue_id, "offset" FROM broker_consumeroffset'
+            " WHERE consumer_group = %s ORDER BY topic, queue_id",
+            [CHECK_GROUP],
+        )
+        ckpts = ", ".join(
+            f"{'op' if t == OP_HALF_TOPIC else 'half'}#{q}@{o}" for t, q, o in cur.fetchall()
+        )
+    print(f"{label} checkpoints of {CHECK_GROUP} after the passes: {ckpts}")
+    summary = {
+        "label": label,
+        "pending": pending,
+        "median_s": statistics.median(r["seconds"] for r in passes),
+        "passes_s": [r["seconds"] for r in passes],
+        "queries": median["queries"],
+        "sql_s": median["sql_s"],
+        "sent": median["totals"].get("sent", 0),
+        "settings": {
+            k: settings.HALFMOON_SETTINGS[k]
+            for k in (
+                "HALFMOON_CHECK_BATCH_SIZE",
+                "HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT",
+                "HALFMOON_CHECK_GROUP_MAX_PER_SECOND",
+                "HALFMOON_CHECK_CONCURRENCY",
+            )
+        },
+    }
+    print("RESULT " + json.dumps(summary), flush=True)
+    return 0
+
+
+# Statement kinds (prefixes of Meter keys) worth an EXPLAIN: the claim, the halves it reads,
+# the checkpoint's bounds and Op read, the Op flush's read of the journal.
+EXPLAINED = (
+    "claim: SELECT transaction row_number",
+    "claim: SELECT transaction for update",
+    "claim: SELECT message",
+    "claim: UPDATE transaction case",
+    "checkpoint: SELECT transaction min",
+    "checkpoint: SELECT resolution min",
+    "checkpoint: SELECT message",
+    "op flush: SELECT resolution for update",
+)
+
+
+def explain(meter: Meter, label: str) -> None:
+    """EXPLAIN (ANALYZE, BUFFERS) the history-sensitive statements of the last pass, with the
+    parameters they ran with, in a transaction rolled back (the pending rows are due again)."""
+    from django.db import connection, transaction
+
+    for prefix in EXPLAINED:
+        key = next((k for k in meter.samples if k.startswith(prefix)), None)
+        if key is None:
+            continue
+        sql, params = meter.samples[key]
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)
+            plan = [row[0] for row in cur.fetchall()]
+            transaction.set_rollback(True)
+        print(f"{label} EXPLAIN {key}:")
+        for line in plan:
+            print(f"    {line}")
+
+
+def time_database(pg: Pg, dbname: str, label: str, args: argparse.Namespace, port: int) -> dict:
+    """Run the timing worker on ``dbname``; print its output; return its RESULT."""
+    env = base_env(pg.url_for(dbname), "halfmoon.settings")
+    env.update(
+        REDIS_URL=args.redis_url,
+        CELERY_BROKER_URL=args.redis_url,
+        HALFMOON_CHECK_BATCH_SIZE=str(args.batch_size),
+        HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT=str(max(args.batch_size, args.pending)),
+        HALFMOON_CHECK_GROUP_MAX_PER_SECOND="1000000",
+        HALFMOON_HALF_QUEUE_NUMS=str(args.half_queues),
+    )
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        label,
+        "--check-port",
+        str(port),
+        "--passes",
+        str(args.passes),
+        "--warmup",
+        str(args.warmup),
+    ]
+    if args.explain:
+        cmd.append("--explain")
+    proc = CHILDREN.start(cmd, env=env, capture=True)
+    try:
+        out, err = proc.communicate(timeout=3600)
+    finally:
+        CHILDREN.stop(proc, grace=5.0)
+    (LOG_DIR / f"scan-worker-{label}.log").write_text(err)
+    result = None
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+        else:
+            print(line)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"timing {dbname} failed ({proc.returncode}):\n{err[-4000:]}")
+    return result
+
+
+def size_label(n: int) -> str:
+    """100000 -> 100k, 1000000 -> 1m."""
+    if n % 1_000_000 == 0:
+        return f"{n // 1_000_000}m"
+    if n % 1000 == 0:
+        return f"{n // 1000}k"
+    return str(n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Seed both databases, time the scans, print the summary line last."""
+    parser = argparse.ArgumentParser(
+        description="Cost of one back-check scan pass (1,000 pending transactions) over a "
+        "history of 100,000 and of 1,000,000 resolved ones."
+    )
+    parser.add_argument("--small", type=int, default=100_000, help="resolved transactions (100k)")
+    parser.add_argument("--large", type=int, default=1_000_000, help="resolved transactions (1m)")
+    parser.add_argument("--pending", type=int, default=1000, help="PREPARED transactions, due")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes (median reported)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes first")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1000,
+        help="HALFMOON_CHECK_BATCH_SIZE (1000: one round per half queue; 200, the default, "
+        "takes two); the per-group cap follows it",
+    )
+    parser.add_argument("--half-queues", type=int, default=4, help="HALFMOON_HALF_QUEUE_NUMS")
+    parser.add_argument(
+        "--reuse", action="store_true", help="time the databases of an earlier run, no reseed"
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="EXPLAIN ANALYZE the claim and checkpoint queries"
+    )
+    parser.add_argument("--check-port", type=int, help="producer port (default: free in 182xx)")
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="Redis of the scan")
+    parser.add_argument("--worker", metavar="LABEL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        args.label = args.worker
+        return worker_main(args)
+    if min(args.small, args.pending, args.passes) < 1 or args.large < args.small:
+        parser.error("sizes and --passes must be >= 1, --large >= --small")
+
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    pg = Pg.parse(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL)
+    sizes = [(size_label(args.small), args.small), (size_label(args.large), args.large)]
+    port = pick_port(args.check_port)
+    check_url = f"http://127.0.0.1:{port}/check"
+    print(
+        f"bench: {args.pending} pending transactions over {args.small} and {args.large} resolved "
+        f"ones, {args.half_queues} half queues, {args.warmup} warm-up + {args.passes} timed "
+        f"passes, HALFMOON_CHECK_BATCH_SIZE={args.batch_size}, producer on port {port}, "
+        f"{os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}_*",
+        flush=True,
+    )
+    results = {}
+    try:
+        start_check_server(port)
+        if not args.reuse:
+            for label, history in sizes:
+                dbname = f"{pg.dbname}_{label}"
+                pg.recreate(dbname)
+                env = base_env(pg.url_for(dbname), "halfmoon.settings")
+                t0 = time.monotonic()
+                run(
+                    [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
+                    env=env,
+                )
+                print(
+                    f"{dbname}: recreated and migrated in {time.monotonic() - t0:.1f} s", flush=True
+                )
+                seed(
+                    pg,
+                    dbname,
+                    history=history,
+                    pending=args.pending,
+                    half_queues=args.half_queues,
+                    check_url=check_url,
+                )
+        for label, _ in sizes:
+            results[label] = time_database(pg, f"{pg.dbname}_{label}", label, args, port)
+    finally:
+        CHILDREN.stop_all()
+    small, large = (results[label]["median_s"] for label, _ in sizes)
+    ratio = large / small if small else 0.0
+    for label, history in sizes:
+        r = results[label]
+        print(
+            f"{label}: history {history}, median {r['median_s']:.3f} s of "
+            f"{', '.join(f'{s:.3f}' for s in r['passes_s'])}; {r['sent']} checks, "
+            f"{r['queries']} queries ({r['sql_s']:.3f} s in SQL) per pass"
+        )
+    print(f"target ratio < 1.5: {'met' if ratio < 1.5 else 'MISSED'} ({ratio:.3f})")
+    print(f"scan_s_100k={small:.3f} scan_s_1m={large:.3f} ratio={ratio:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("bench: interrupted; servers stopped", file=sys.stderr)
+        sys.exit(130)
