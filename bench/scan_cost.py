@@ -1,7 +1,7 @@
 """What one back-check scan costs with 1,000 pending transactions over a long history.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench \\
-        .venv/bin/python bench/scan_cost.py [--passes 3] [--warmup 1] [--explain]
+        .venv/bin/python bench/scan_cost.py [--passes 5] [--warmup 1] [--explain] [--reuse]
 
 For each history size (100,000 and 1,000,000 resolved transactions by default) the bench:
 
@@ -11,15 +11,18 @@ For each history size (100,000 and 1,000,000 resolved transactions by default) t
    ``transaction_end`` / ``transaction_resolve_locked`` and ``op_flush``, with 1,000 PREPARED
    transactions interleaved through the history and due for a check; then ``VACUUM ANALYZE``
    and ``CHECKPOINT``;
-2. in a fresh Django process (the settings read from the environment), runs what the Celery
-   task runs for every half queue, ``tasks.checks.check_half_queue(q)`` for each half queue:
-   lease, check rounds (claim, 1,000 signed checks POSTed to a local producer that answers
-   UNKNOW, apply), Op flush, checkpoint advance. One untimed warm-up pass, then ``--passes``
-   timed passes; between passes the pending transactions are put back as seeded (due again).
+2. in a Django process of its own per database (settings read from the environment: batch
+   size and per-group caps high enough that all 1,000 are claimed in one pass), times what
+   the Celery tasks of one beat tick run, ``tasks.checks.check_half_queue(q)`` for every half
+   queue: lease, check rounds (claim, 1,000 signed checks POSTed to a local producer that
+   answers UNKNOW, apply), Op flush, checkpoint advance. One untimed warm-up pass per size,
+   then ``--passes`` timed passes per size, alternating between the two databases so that
+   both see the same machine; before every pass the pending transactions are put back as
+   seeded (due again, same check counts) and the previous passes' check events deleted.
 
 Every process is started here in its own process group and killed on exit (also on Ctrl-C).
-Figures per size: pass times, checks sent, queries and SQL time per pass, where the time goes
-(by step and by statement). The last line is::
+Figures per size: pass times (median), checks sent, queries, SQL time and CPU per pass, where
+the median pass spent its time (by step and by statement). The last line is::
 
     scan_s_100k=<s> scan_s_1m=<s> ratio=<1m / 100k>
 
@@ -30,6 +33,7 @@ See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -37,6 +41,7 @@ import re
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import urllib.request
@@ -47,7 +52,19 @@ from typing import Any
 
 import psycopg
 import psycopg.sql
-from throughput import CHILDREN, LOG_DIR, ROOT, Pg, _exit_on_signal, base_env, run, wait_http
+from throughput import (
+    CHILDREN,
+    LOG_DIR,
+    ROOT,
+    Pg,
+    _exit_on_signal,
+    _signal_group,
+    _wait_group,
+    base_env,
+    cpu_seconds,
+    run,
+    wait_http,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench"
@@ -98,6 +115,11 @@ async def check_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def check_url(port: int) -> str:
+    """The producer group's check_url."""
+    return f"http://127.0.0.1:{port}/check"
+
+
 def checks_received(port: int) -> int:
     """How many back-checks the producer on ``port`` has answered so far."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=5) as response:
@@ -108,6 +130,8 @@ def pick_port(wanted: int | None) -> int:
     """``wanted``, or the first port of 18200-18249 nothing listens on."""
     for port in [wanted] if wanted else PORT_RANGE:
         with socket.socket() as sock:
+            # As uvicorn binds: a port whose old connections are in TIME_WAIT is free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
@@ -197,6 +221,8 @@ def _seed_sql(
         "check_url": check_url,
         "secret": secret,
         "check_group": CHECK_GROUP,
+        "pad": (b"lorem ipsum dolor " * 60)[:1022],  # bodies: 1,024 bytes of JSON
+        "body_end": b'"}',
         "created": now - total * 1000 // RATE_TX_PER_S - TAIL_MS - 3_600_000,
     }
     # Every transaction, with its offsets and times. seq is the birth order; commit log offsets
@@ -261,9 +287,9 @@ def _seed_sql(
             store_timestamp, prepared_transaction_offset)
         SELECT m.clo, m.topic, m.queue_id, m.queue_offset, m.msg_id, m.tags, m.keys,
                CASE WHEN m.seq IS NULL THEN convert_to(m.op_body, 'UTF8')
-                    ELSE convert_to(rpad('{"order":' || m.seq || ',"amount":'
-                        || (m.seq * 7919 %% 100000) || ',"note":"', 1022, 'lorem ipsum dolor ')
-                        || '"}', 'UTF8') END,
+                    ELSE substring(convert_to('{"order":' || m.seq || ',"amount":'
+                        || (m.seq * 7919 %% 100000) || ',"note":"', 'UTF8') || %(pad)s, 1, 1022)
+                        || %(body_end)s END,
                true, m.properties, m.sys_flag, m.producer_group, m.born, m.stored, m.pto
         FROM (
             SELECT 3 * seq + 1 AS clo, %(half)s AS topic, hq AS queue_id, hqo AS queue_offset,
@@ -584,56 +610,63 @@ def statement_kind(sql: str) -> str:
     return " ".join([head, table, *marks])
 
 
-def worker_main(args: argparse.Namespace) -> int:
-    """Time ``--passes`` scans of the database this process's DATABASE_URL names; print the
-    figures and a ``RESULT {json}`` line for the parent."""
-    sys.path.insert(0, str(ROOT))
-    import django
+class ScanWorker:
+    """The Django side, in a process of its own per database: restores the pending
+    transactions, runs and measures scan passes, reports. Driven by the parent over stdin."""
 
-    django.setup()
-    from django.conf import settings
-    from django.db import connection, transaction
+    def __init__(self, label: str, check_port: int, explain: bool) -> None:
+        sys.path.insert(0, str(ROOT))
+        import django
 
-    from broker.conf import setting
+        django.setup()
+        from django.db import connection
 
-    meter = Meter()
-    meter.install()
-    import tasks.checks
+        from broker.conf import setting
 
-    half_queues = setting("HALFMOON_HALF_QUEUE_NUMS")
-    label = args.label
-    with connection.cursor() as cur:
-        cur.execute(
-            "UPDATE broker_producergroup SET check_url = %s WHERE name = %s",
-            [f"http://127.0.0.1:{args.check_port}/check", GROUP],
-        )
-        cur.execute("UPDATE broker_scanlease SET owner = '', expires_timestamp = 0")
-        cur.execute(
-            "SELECT transaction_id, check_times, next_check_timestamp, last_check_timestamp"
-            " FROM broker_transaction WHERE state = 'PREPARED'"
-        )
-        seeded = cur.fetchall()
-        cur.execute("SELECT coalesce(max(id), 0) FROM broker_transactionevent")
-        last_event = cur.fetchone()[0]
-        cur.execute("SELECT min(born_timestamp) FROM broker_transaction WHERE state = 'PREPARED'")
-        oldest = cur.fetchone()[0]
-    pending = len(seeded)
-    reserved_ms = setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000
-    if oldest is not None and time.time() * 1000 - oldest > reserved_ms:
-        print(f"{label}: WARNING the seed is older than HALFMOON_FILE_RESERVED_HOURS: reseed")
+        self.label, self.check_port, self.explain = label, check_port, explain
+        self.meter = Meter()
+        self.meter.install()
+        self.half_queues = setting("HALFMOON_HALF_QUEUE_NUMS")
+        self.passes: list[dict[str, Any]] = []
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE broker_producergroup SET check_url = %s WHERE name = %s",
+                [check_url(check_port), GROUP],
+            )
+            cur.execute("UPDATE broker_scanlease SET owner = '', expires_timestamp = 0")
+            cur.execute(
+                "SELECT transaction_id, check_times, next_check_timestamp, last_check_timestamp"
+                " FROM broker_transaction WHERE state = 'PREPARED'"
+            )
+            self.seeded = cur.fetchall()
+            cur.execute("SELECT coalesce(max(id), 0) FROM broker_transactionevent")
+            self.last_event = cur.fetchone()[0]
+            cur.execute(
+                "SELECT min(born_timestamp) FROM broker_transaction WHERE state = 'PREPARED'"
+            )
+            oldest = cur.fetchone()[0]
+        self.pending = len(self.seeded)
+        if (
+            oldest is not None
+            and time.time() * 1000 - oldest
+            > setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000 - 600_000
+        ):
+            print(f"{label}: WARNING the seed is nearly HALFMOON_FILE_RESERVED_HOURS old: reseed")
 
-    def restore() -> None:
+    def restore(self) -> None:
         """Put the pending transactions back as seeded (due, same check counts) and drop the
-        check journal entries of earlier passes, so every pass does the same work."""
+        check journal entries of earlier passes, so that every pass does the same work."""
+        from django.db import connection, transaction
+
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(
                 "UPDATE broker_transaction t SET check_times = v.ct, next_check_timestamp = v.nc,"
                 " last_check_timestamp = v.lc, undelivered_checks = 0"
                 " FROM unnest(%s::text[], %s::int[], %s::bigint[], %s::bigint[])"
                 " AS v(tid, ct, nc, lc) WHERE t.transaction_id = v.tid",
-                [list(col) for col in zip(*seeded, strict=True)],
+                [list(col) for col in zip(*self.seeded, strict=True)],
             )
-            cur.execute("DELETE FROM broker_transactionevent WHERE id > %s", [last_event])
+            cur.execute("DELETE FROM broker_transactionevent WHERE id > %s", [self.last_event])
             cur.execute(
                 "UPDATE broker_producergroup SET check_failures = 0, check_backoff_until = NULL,"
                 " unreachable_since = NULL, last_check_error = ''"
@@ -644,98 +677,140 @@ def worker_main(args: argparse.Namespace) -> int:
                 [time.time_ns() // 1_000_000],
             )
             due = cur.fetchone()[0]
-        if due != pending:
-            raise RuntimeError(f"{due} of {pending} pending transactions are due after reset")
+        if due != self.pending:
+            raise RuntimeError(f"{due} of {self.pending} pending transactions are due after reset")
 
-    def one_pass() -> dict[str, Any]:
-        restore()
-        meter.reset()
-        before = checks_received(args.check_port)
+    def one_pass(self) -> dict[str, Any]:
+        """One scan pass, as the Celery tasks of one beat tick do it: ``check_half_queue(q)``
+        for every half queue, in this process. Returns its figures."""
+        from django.db import connection
+
+        import tasks.checks
+
+        self.restore()
+        self.meter.reset()
+        before = checks_received(self.check_port)
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = cur.fetchone()[0]
         totals: dict[str, int] = {}
-        with connection.execute_wrapper(meter):
+        with connection.execute_wrapper(self.meter):
+            cpu0, backend_cpu0 = time.process_time(), cpu_seconds(backend)
             t0 = time.perf_counter()
-            for queue_id in range(half_queues):
+            for queue_id in range(self.half_queues):
                 counts = tasks.checks.check_half_queue(queue_id)
                 if counts is None:
                     raise RuntimeError(f"the lease of half queue {queue_id} was held")
                 for key, value in counts.items():
                     totals[key] = totals.get(key, 0) + value
             elapsed = time.perf_counter() - t0
-        received = checks_received(args.check_port) - before
+            cpu = time.process_time() - cpu0
+            backend_cpu = cpu_seconds(backend) - backend_cpu0
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                if cur.fetchone()[0] != backend:  # the pool handed out another connection
+                    backend_cpu = float("nan")
         return {
             "seconds": elapsed,
+            "cpu_s": cpu,
+            "backend_cpu_s": backend_cpu,
             "totals": totals,
-            "received": received,
-            "queries": sum(int(n) for n, _ in meter.sql.values()),
-            "sql_s": sum(s for _, s in meter.sql.values()),
-            "phases": dict(meter.phase_s),
-            "statements": {k: list(v) for k, v in meter.sql.items()},
+            "received": checks_received(self.check_port) - before,
+            "queries": sum(int(n) for n, _ in self.meter.sql.values()),
+            "sql_s": sum(s for _, s in self.meter.sql.values()),
+            "phases": dict(self.meter.phase_s),
+            "statements": {k: list(v) for k, v in self.meter.sql.items()},
         }
 
-    for i in range(args.warmup):
-        warm = one_pass()
-        print(
-            f"{label} warm-up {i + 1}: {warm['seconds']:.3f} s, sent {warm['totals'].get('sent')}"
-        )
-    passes = []
-    for i in range(args.passes):
-        result = one_pass()
-        passes.append(result)
-        t = result["totals"]
-        print(
-            f"{label} pass {i + 1}: {result['seconds']:.3f} s; due {t.get('due')}, checks sent "
-            f"{t.get('sent')} (producer received {result['received']}, delivered "
-            f"{t.get('delivered')}, undelivered {t.get('undelivered')}); {result['queries']} "
-            f"queries, {result['sql_s']:.3f} s in SQL",
-            flush=True,
-        )
-        if t.get("sent") != pending or result["received"] != pending:
-            print(f"{label}: WARNING not all {pending} pending transactions were checked")
-    restore()
-    ordered = sorted(passes, key=lambda r: r["seconds"])
-    median = ordered[(len(ordered) - 1) // 2]
-    print(f"{label} median pass ({median['seconds']:.3f} s) by step (inclusive):")
-    for phase, seconds in sorted(median["phases"].items(), key=lambda kv: -kv[1]):
-        print(f"  {seconds:7.3f} s  {phase}")
-    print(f"{label} median pass by statement (count, total, mean):")
-    for key, (count, seconds) in sorted(median["statements"].items(), key=lambda kv: -kv[1][1]):
-        print(f"  {int(count):6d} {seconds:7.3f} s {1000 * seconds / count:7.3f} ms  {key}")
-    if args.explain:
-        explain(meter, label)
-    with connection.cursor() as cur:
-        cur.execute(
-            'SELECT topic, queue_id, "offset" FROM broker_consumeroffset'
-            " WHERE consumer_group = %s ORDER BY topic, queue_id",
-            [CHECK_GROUP],
-        )
-        ckpts = ", ".join(
-            f"{'op' if t == OP_HALF_TOPIC else 'half'}#{q}@{o}" for t, q, o in cur.fetchall()
-        )
-    print(f"{label} checkpoints of {CHECK_GROUP} after the passes: {ckpts}")
-    summary = {
-        "label": label,
-        "pending": pending,
-        "median_s": statistics.median(r["seconds"] for r in passes),
-        "passes_s": [r["seconds"] for r in passes],
-        "queries": median["queries"],
-        "sql_s": median["sql_s"],
-        "sent": median["totals"].get("sent", 0),
-        "settings": {
-            k: settings.HALFMOON_SETTINGS[k]
-            for k in (
-                "HALFMOON_CHECK_BATCH_SIZE",
-                "HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT",
-                "HALFMOON_CHECK_GROUP_MAX_PER_SECOND",
-                "HALFMOON_CHECK_CONCURRENCY",
+    def command(self, name: str) -> dict[str, Any]:
+        """Run one command of the parent: warmup, pass or report."""
+        if name == "warmup":
+            warm = self.one_pass()
+            print(
+                f"{self.label} warm-up: {warm['seconds']:.3f} s, "
+                f"checks sent {warm['totals'].get('sent')}"
             )
-        },
-    }
-    print("RESULT " + json.dumps(summary), flush=True)
+            return {"seconds": warm["seconds"]}
+        if name == "pass":
+            result = self.one_pass()
+            self.passes.append(result)
+            t = result["totals"]
+            print(
+                f"{self.label} pass {len(self.passes)}: {result['seconds']:.3f} s; due "
+                f"{t.get('due')}, checks sent {t.get('sent')} (producer received "
+                f"{result['received']}, delivered {t.get('delivered')}, undelivered "
+                f"{t.get('undelivered')}); {result['queries']} queries, {result['sql_s']:.3f} s "
+                f"in SQL; CPU {result['cpu_s']:.3f} s in this process, "
+                f"{result['backend_cpu_s']:.3f} s in its PostgreSQL backend"
+            )
+            if t.get("sent") != self.pending or result["received"] != self.pending:
+                print(f"{self.label}: WARNING not all {self.pending} pending were checked")
+            return {"seconds": result["seconds"]}
+        if name == "report":
+            return self.report()
+        raise ValueError(f"unknown command {name!r}")
+
+    def report(self) -> dict[str, Any]:
+        """Print where the median pass spent its time (and EXPLAINs); return the summary."""
+        from django.conf import settings
+        from django.db import connection
+
+        self.restore()
+        ordered = sorted(self.passes, key=lambda r: r["seconds"])
+        median = ordered[(len(ordered) - 1) // 2]
+        print(f"{self.label} median pass ({median['seconds']:.3f} s) by step (inclusive):")
+        for phase, seconds in sorted(median["phases"].items(), key=lambda kv: -kv[1]):
+            print(f"  {seconds:7.3f} s  {phase}")
+        print(f"{self.label} median pass by statement (count, total, mean):")
+        statements = sorted(median["statements"].items(), key=lambda kv: -kv[1][1])
+        for key, (count, seconds) in statements:
+            print(f"  {int(count):6d} {seconds:7.3f} s {1000 * seconds / count:7.3f} ms  {key}")
+        if self.explain:
+            explain(self.meter, self.label)
+        with connection.cursor() as cur:
+            cur.execute(
+                'SELECT topic, queue_id, "offset" FROM broker_consumeroffset'
+                " WHERE consumer_group = %s ORDER BY topic, queue_id",
+                [CHECK_GROUP],
+            )
+            ckpts = ", ".join(
+                f"{'op' if t == OP_HALF_TOPIC else 'half'}#{q}@{o}" for t, q, o in cur.fetchall()
+            )
+        print(f"{self.label} checkpoints of {CHECK_GROUP} after the passes: {ckpts}")
+        names = (
+            "HALFMOON_CHECK_BATCH_SIZE",
+            "HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT",
+            "HALFMOON_CHECK_GROUP_MAX_PER_SECOND",
+            "HALFMOON_CHECK_CONCURRENCY",
+        )
+        return {
+            "pending": self.pending,
+            "median_s": statistics.median(r["seconds"] for r in self.passes),
+            "median_cpu_s": statistics.median(r["cpu_s"] + r["backend_cpu_s"] for r in self.passes),
+            "passes_s": [r["seconds"] for r in self.passes],
+            "queries": median["queries"],
+            "sql_s": median["sql_s"],
+            "sent": median["totals"].get("sent", 0),
+            "settings": {k: settings.HALFMOON_SETTINGS[k] for k in names},
+        }
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    """Serve the parent's commands (one per stdin line) on the database of DATABASE_URL: print
+    the figures, then ``DONE {json}`` after each command."""
+    worker = ScanWorker(args.worker, args.check_port, args.explain)
+    print("DONE " + json.dumps({"pending": worker.pending}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if name == "quit":
+            break
+        result = worker.command(name)
+        print("DONE " + json.dumps(result), flush=True)
     return 0
 
 
 # Statement kinds (prefixes of Meter keys) worth an EXPLAIN: the claim, the halves it reads,
-# the checkpoint's bounds and Op read, the Op flush's read of the journal.
+# the checkpoint's bounds and Op read, the Op flush's read of the journal, the per-check writes.
 EXPLAINED = (
     "claim: SELECT transaction row_number",
     "claim: SELECT transaction for update",
@@ -745,6 +820,10 @@ EXPLAINED = (
     "checkpoint: SELECT resolution min",
     "checkpoint: SELECT message",
     "op flush: SELECT resolution for update",
+    "apply: UPDATE transaction",
+    "apply: SELECT transaction",
+    "apply: INSERT transactionevent",
+    "apply: UPDATE producergroup",
 )
 
 
@@ -764,49 +843,69 @@ def explain(meter: Meter, label: str) -> None:
             transaction.set_rollback(True)
         print(f"{label} EXPLAIN {key}:")
         for line in plan:
-            print(f"    {line}")
+            print(f"    {line[:300]}{'...' if len(line) > 300 else ''}")
 
 
-def time_database(pg: Pg, dbname: str, label: str, args: argparse.Namespace, port: int) -> dict:
-    """Run the timing worker on ``dbname``; print its output; return its RESULT."""
-    env = base_env(pg.url_for(dbname), "halfmoon.settings")
-    env.update(
-        REDIS_URL=args.redis_url,
-        CELERY_BROKER_URL=args.redis_url,
-        HALFMOON_CHECK_BATCH_SIZE=str(args.batch_size),
-        HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT=str(max(args.batch_size, args.pending)),
-        HALFMOON_CHECK_GROUP_MAX_PER_SECOND="1000000",
-        HALFMOON_HALF_QUEUE_NUMS=str(args.half_queues),
-    )
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        label,
-        "--check-port",
-        str(port),
-        "--passes",
-        str(args.passes),
-        "--warmup",
-        str(args.warmup),
-    ]
-    if args.explain:
-        cmd.append("--explain")
-    proc = CHILDREN.start(cmd, env=env, capture=True)
-    try:
-        out, err = proc.communicate(timeout=3600)
-    finally:
-        CHILDREN.stop(proc, grace=5.0)
-    (LOG_DIR / f"scan-worker-{label}.log").write_text(err)
-    result = None
-    for line in out.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[7:])
-        else:
-            print(line)
-    if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"timing {dbname} failed ({proc.returncode}):\n{err[-4000:]}")
-    return result
+class WorkerProcess:
+    """A ``--worker`` child (own process group) on one database, driven line by line."""
+
+    def __init__(self, pg: Pg, dbname: str, label: str, args: argparse.Namespace, port: int):
+        env = base_env(pg.url_for(dbname), "halfmoon.settings")
+        env.update(
+            REDIS_URL=args.redis_url,
+            CELERY_BROKER_URL=args.redis_url,
+            HALFMOON_CHECK_BATCH_SIZE=str(args.batch_size),
+            HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT=str(max(args.batch_size, args.pending)),
+            HALFMOON_CHECK_GROUP_MAX_PER_SECOND="1000000",
+            HALFMOON_HALF_QUEUE_NUMS=str(args.half_queues),
+        )
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", label]
+        cmd += ["--check-port", str(port), *(["--explain"] if args.explain else [])]
+        self.label, self.log = label, LOG_DIR / f"scan-worker-{label}.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+        WORKERS.append(self.proc)
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("DONE "):
+                return json.loads(line[5:])
+            print(line, end="", flush=True)
+        tail = self.log.read_text(errors="replace")[-4000:]
+        raise RuntimeError(f"the {self.label} worker exited; {self.log}:\n{tail}")
+
+    def command(self, name: str) -> dict[str, Any]:
+        """Send ``name``; print the worker's lines until it is done; return its result."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+
+WORKERS: list[subprocess.Popen] = []
+
+
+def workers_stop() -> None:
+    """SIGTERM, then SIGKILL, the process group of every worker still running."""
+    while WORKERS:
+        proc = WORKERS.pop()
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if not _signal_group(proc, sig) or _wait_group(proc, wait):
+                break
+
+
+atexit.register(workers_stop)
 
 
 def size_label(n: int) -> str:
@@ -819,22 +918,30 @@ def size_label(n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Seed both databases, time the scans, print the summary line last."""
+    """Seed both databases, time the scans (passes interleaved), print the summary line last."""
     parser = argparse.ArgumentParser(
         description="Cost of one back-check scan pass (1,000 pending transactions) over a "
-        "history of 100,000 and of 1,000,000 resolved ones."
+        "history of 100,000 and of 1,000,000 resolved ones. DATABASE_URL names the server and "
+        "the base name of the databases (<name>_100k, <name>_1m: DROPPED and recreated).",
+        epilog="Last line: scan_s_100k=<s> scan_s_1m=<s> ratio=<1m / 100k> (target < 1.5). "
+        "See bench/README.md.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--small", type=int, default=100_000, help="resolved transactions (100k)")
-    parser.add_argument("--large", type=int, default=1_000_000, help="resolved transactions (1m)")
+    parser.add_argument(
+        "--small", type=int, default=100_000, help="resolved transactions, small history"
+    )
+    parser.add_argument(
+        "--large", type=int, default=1_000_000, help="resolved transactions, large history"
+    )
     parser.add_argument("--pending", type=int, default=1000, help="PREPARED transactions, due")
-    parser.add_argument("--passes", type=int, default=3, help="timed passes (median reported)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed passes first")
+    parser.add_argument("--passes", type=int, default=5, help="timed passes per size (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes first, per size")
     parser.add_argument(
         "--batch-size",
         type=int,
         default=1000,
-        help="HALFMOON_CHECK_BATCH_SIZE (1000: one round per half queue; 200, the default, "
-        "takes two); the per-group cap follows it",
+        help="HALFMOON_CHECK_BATCH_SIZE of the scan (1000: one round per half queue; the "
+        "broker's default, 200, takes two); HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT follows it",
     )
     parser.add_argument("--half-queues", type=int, default=4, help="HALFMOON_HALF_QUEUE_NUMS")
     parser.add_argument(
@@ -843,31 +950,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--explain", action="store_true", help="EXPLAIN ANALYZE the claim and checkpoint queries"
     )
-    parser.add_argument("--check-port", type=int, help="producer port (default: free in 182xx)")
-    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="Redis of the scan")
+    parser.add_argument(
+        "--check-port", type=int, help="producer port (default: the first free one in 18200-18249)"
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=DEFAULT_REDIS_URL,
+        help="Redis of the scan (rate limit, console feed)",
+    )
     parser.add_argument("--worker", metavar="LABEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        args.label = args.worker
         return worker_main(args)
     if min(args.small, args.pending, args.passes) < 1 or args.large < args.small:
         parser.error("sizes and --passes must be >= 1, --large >= --small")
 
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
+    # Ctrl-C stops everything even when started from a shell that ignores SIGINT (cmd &).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     pg = Pg.parse(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL)
     sizes = [(size_label(args.small), args.small), (size_label(args.large), args.large)]
     port = pick_port(args.check_port)
-    check_url = f"http://127.0.0.1:{port}/check"
     print(
         f"bench: {args.pending} pending transactions over {args.small} and {args.large} resolved "
         f"ones, {args.half_queues} half queues, {args.warmup} warm-up + {args.passes} timed "
-        f"passes, HALFMOON_CHECK_BATCH_SIZE={args.batch_size}, producer on port {port}, "
-        f"{os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}_*",
+        f"passes per size (interleaved), HALFMOON_CHECK_BATCH_SIZE={args.batch_size}, producer "
+        f"on port {port}, {os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}_*",
         flush=True,
     )
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     try:
         start_check_server(port)
         if not args.reuse:
@@ -876,24 +989,32 @@ def main(argv: list[str] | None = None) -> int:
                 pg.recreate(dbname)
                 env = base_env(pg.url_for(dbname), "halfmoon.settings")
                 t0 = time.monotonic()
-                run(
-                    [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
-                    env=env,
-                )
-                print(
-                    f"{dbname}: recreated and migrated in {time.monotonic() - t0:.1f} s", flush=True
-                )
+                manage = [sys.executable, str(ROOT / "manage.py")]
+                run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
+                print(f"{dbname}: recreated, migrated in {time.monotonic() - t0:.1f} s", flush=True)
                 seed(
                     pg,
                     dbname,
                     history=history,
                     pending=args.pending,
                     half_queues=args.half_queues,
-                    check_url=check_url,
+                    check_url=check_url(port),
                 )
-        for label, _ in sizes:
-            results[label] = time_database(pg, f"{pg.dbname}_{label}", label, args, port)
+        workers = {
+            label: WorkerProcess(pg, f"{pg.dbname}_{label}", label, args, port)
+            for label, _ in sizes
+        }
+        for _ in range(args.warmup):
+            for worker in workers.values():
+                worker.command("warmup")
+        for i in range(args.passes):
+            # Alternate which size goes first, so neither always follows the other.
+            for worker in list(workers.values())[:: 1 if i % 2 == 0 else -1]:
+                worker.command("pass")
+        for label, worker in workers.items():
+            results[label] = worker.command("report")
     finally:
+        workers_stop()
         CHILDREN.stop_all()
     small, large = (results[label]["median_s"] for label, _ in sizes)
     ratio = large / small if small else 0.0
@@ -902,8 +1023,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{label}: history {history}, median {r['median_s']:.3f} s of "
             f"{', '.join(f'{s:.3f}' for s in r['passes_s'])}; {r['sent']} checks, "
-            f"{r['queries']} queries ({r['sql_s']:.3f} s in SQL) per pass"
+            f"{r['queries']} queries ({r['sql_s']:.3f} s in SQL) per pass; "
+            f"{1000 * r['median_s'] / max(1, r['sent']):.1f} ms per check; CPU (scan process + "
+            f"its PostgreSQL backend) median {r['median_cpu_s']:.3f} s"
         )
+    small_cpu, large_cpu = (results[label]["median_cpu_s"] for label, _ in sizes)
+    print(
+        f"CPU ratio {sizes[1][0]} / {sizes[0][0]}: "
+        f"{large_cpu / small_cpu if small_cpu else 0.0:.3f} (less sensitive to other load than "
+        f"wall time)"
+    )
     print(f"target ratio < 1.5: {'met' if ratio < 1.5 else 'MISSED'} ({ratio:.3f})")
     print(f"scan_s_100k={small:.3f} scan_s_1m={large:.3f} ratio={ratio:.3f}")
     return 0

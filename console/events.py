@@ -28,7 +28,7 @@ class TransactionEvent(TypedDict):
     """``{"type": "transaction.event", ...}``: a transaction changed state or was checked."""
 
     type: Literal["transaction.event"]
-    kind: str  # resolved | discarded | check_sent | check_undelivered
+    kind: str  # resolved | discarded | resumed | check_sent | check_undelivered
     transaction_id: str
     producer_group: str
     topic: str

@@ -53,6 +53,14 @@ class ReceivedCheck:
         return self.body.get("transaction_id") if isinstance(self.body, dict) else None
 
 
+class _CheckHTTPServer(ThreadingHTTPServer):
+    """socketserver's default listen backlog is 5: a burst of parallel checks beyond it has its
+    connections dropped, and the client's SYN retry then delays those checks by a second."""
+
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 @dataclass
 class CheckServer:
     """A producer's check endpoint. Use as a context manager (or the ``check_server`` fixture)."""
@@ -120,7 +128,7 @@ class CheckServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _CheckHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()

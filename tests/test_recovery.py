@@ -30,7 +30,7 @@ from broker.models import (
     now_ms,
 )
 from broker.services import checks
-from broker.services.admin import producer_group_create, topic_create
+from broker.services.admin import producer_group_create
 from broker.services.ops import op_flush, op_flush_all
 from broker.services.recovery import (
     COMPARED_FIELDS,
@@ -118,7 +118,9 @@ def traffic(db, topic, producer_group, broker_settings):
     transactions (all ids are in the database anyway)."""
     broker_settings["HALFMOON_TRANSACTION_CHECK_MAX"] = 2
     answers: dict[str, str] = {}
-    server = CheckServer(answer=lambda c: (200, {"state": answers.get(c["transaction_id"], "UNKNOW")}))
+    server = CheckServer(
+        answer=lambda c: (200, {"state": answers.get(c["transaction_id"], "UNKNOW")})
+    )
     with server:
         producer_group_create(name="H", check_url=server.url)
         producer_group_create(name="Dead", check_url=closed_port_url())
@@ -146,7 +148,7 @@ def traffic(db, topic, producer_group, broker_settings):
             named[f"checked_{state}_{len(named)}"] = tx
         checked = [tx for name, tx in named.items() if name.startswith("checked_")]
         now = max(due_at(tx) for tx in checked)
-        for round_ in range(3):  # two UNKNOW answers, then the third round discards
+        for _round in range(3):  # two UNKNOW answers, then the third round discards
             for q in sorted({tx.half_queue_id for tx in checked}):
                 checks.check_outcomes_apply(
                     checks.checks_send(checks.check_claim(half_queue_id=q, now=now)[0]), now=now
@@ -279,9 +281,14 @@ def test_planted_differences_are_found_and_repaired(traffic):
     assert by_key[(deleted_resolved.pk, MISSING)].derived == "COMMITTED"
     assert by_key[(state_changed.pk, "state")].stored == "PREPARED"
     assert by_key[(state_changed.pk, "state")].derived == "ROLLED_BACK"
-    assert (by_key[(check_times_changed.pk, "check_times")].stored, by_key[(check_times_changed.pk, "check_times")].derived) == (9, 1)
+    assert (
+        by_key[(check_times_changed.pk, "check_times")].stored,
+        by_key[(check_times_changed.pk, "check_times")].derived,
+    ) == (9, 1)
     assert by_key[(offset_changed.pk, "half_queue_offset")].stored == 999_999
-    assert by_key[(offset_changed.pk, "half_queue_offset")].derived == offset_changed.half_queue_offset
+    assert (
+        by_key[(offset_changed.pk, "half_queue_offset")].derived == offset_changed.half_queue_offset
+    )
     assert by_key[(delivered_but_prepared.pk, "state")].derived == "COMMITTED"
     assert by_key[(op_missing.pk, RESOLUTION_OP_OFFSET)].stored == bogus_op
     assert by_key[(op_missing.pk, RESOLUTION_OP_OFFSET)].derived is None
@@ -322,9 +329,7 @@ def test_a_deleted_op_message_leaves_its_resolutions_to_be_flushed_again(traffic
     named = parse_op_body(op.body)
     Resolution.objects.filter(op_commit_log_offset=op.pk).update(op_commit_log_offset=None)
     Message.objects.filter(pk=op.pk).delete()
-    resolutions = Resolution.objects.filter(
-        half_queue_id=op.queue_id, half_queue_offset__in=named
-    )
+    resolutions = Resolution.objects.filter(half_queue_id=op.queue_id, half_queue_offset__in=named)
     Resolution.objects.filter(pk__in=resolutions).update(op_commit_log_offset=op.pk)
     report = transactions_rebuild()
     assert {d.field for d in report.differences} == {RESOLUTION_OP_OFFSET}
@@ -451,9 +456,7 @@ def test_command_exit_status_in_a_subprocess(topic, producer_group):
     tx = prepare(body="sub")
     transaction_end(transaction_id=tx.pk, producer_group="G", action="commit")
     op_flush_all()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "DJANGO_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "DJANGO_"))}
     name = connection.settings_dict["NAME"]
     env.update(
         {

@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 import redis
-from django.db import transaction
+from django.db import connection, transaction
 
 from broker.constants import CHECK_GROUP, HALF_TOPIC, OP_HALF_TOPIC
 from broker.models import (
@@ -185,6 +185,39 @@ def test_a_scan_checks_every_due_transaction_of_a_group_beyond_its_cap(one_queue
         f"one scan checked {len(check_server.received())} of 40 due transactions: {totals}"
     )
     assert totals["due"] == 40 and totals["sent"] == 40
+    assert set(Transaction.objects.values_list("check_times", flat=True)) == {1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scan_slower_than_its_lease_and_the_interval_keeps_its_queue_and_never_repeats_a_count(
+    one_queue,
+):
+    """A round's send and apply can outlast the check interval (slow producers, a busy worker)
+    and its lease's TTL (half an interval). The scan keeps renewing its lease while it runs, so
+    no other scan of the queue starts, and no transaction is claimed again before the first
+    round has counted its check: the producer never receives the same ``check_times`` twice
+    (api-v1: it "counts this check too")."""
+    one_queue["HALFMOON_TRANSACTION_CHECK_INTERVAL_MS"] = 2000  # lease TTL: 1000 ms
+
+    def slow(check: dict) -> tuple[int, dict]:
+        time.sleep(3.0)  # longer than the lease TTL and than the check interval
+        return 200, {"state": "UNKNOW"}
+
+    with CheckServer(answer=slow) as server:
+        _group("G", server.url, server)
+        txs = _prepare_many("G", 3)
+        first: dict = {}
+        scan = threading.Thread(target=lambda: first.update(totals=check_half_queue(0)))
+        scan.start()
+        time.sleep(2.5)  # the first scan is still waiting for its answers
+        second = check_half_queue(0)
+        scan.join()
+        connection.close()
+
+    assert second is None, f"a second scan ran while the first held the queue: {second}"
+    assert first["totals"]["sent"] == 3
+    sent = [(r.body["transaction_id"], r.body["check_times"]) for r in server.received()]
+    assert sorted(sent) == sorted((tx.transaction_id, 1) for tx in txs)
     assert set(Transaction.objects.values_list("check_times", flat=True)) == {1}
 
 

@@ -135,10 +135,14 @@ class CheckOutcome:
         )
 
 
-def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[CheckJob], int]:
+def check_claim(
+    *, half_queue_id: int, now: int | None = None, due_by: int | None = None
+) -> tuple[list[CheckJob], int]:
     """Step 1 of a round on ``half_queue_id``: lock due transactions, discard, lease, queue.
 
-    Returns (the HTTP checks to send, how many due transactions were handled). At most
+    ``due_by`` (ms) limits the claim to transactions due by then (a scan passes its start time,
+    so it handles what was due when it began and then ends). Returns (the HTTP checks to send,
+    how many due transactions were handled). At most
     ``HALFMOON_CHECK_BATCH_SIZE`` transactions per call, and at most
     ``HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT`` of one producer group, so a group with thousands of
     due transactions cannot crowd out the others; groups in backoff (their producers timed out
@@ -153,6 +157,7 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
     with transaction.atomic():
         # Read the clock once the transaction is open (on SQLite, once the write lock is held).
         now = now if now is not None else now_ms()
+        cutoff = now if due_by is None else min(now, due_by)
         backed_off = ProducerGroup.objects.filter(check_backoff_until__gt=now).values_list(
             "name", flat=True
         )
@@ -160,7 +165,7 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
             Transaction.objects.filter(
                 state=TransactionState.PREPARED,
                 half_queue_id=half_queue_id,
-                next_check_timestamp__lte=now,
+                next_check_timestamp__lte=cutoff,
             )
             .exclude(producer_group__in=backed_off)
             .annotate(
@@ -179,7 +184,7 @@ def check_claim(*, half_queue_id: int, now: int | None = None) -> tuple[list[Che
             .filter(
                 pk__in=list(candidates),
                 state=TransactionState.PREPARED,
-                next_check_timestamp__lte=now,
+                next_check_timestamp__lte=cutoff,
             )
             .order_by("next_check_timestamp")
         )
@@ -583,13 +588,13 @@ def checkpoint_advance(*, half_queue_id: int) -> tuple[int, int]:
     return new_half, new_op
 
 
-def check_round(*, half_queue_id: int) -> dict[str, int]:
+def check_round(*, half_queue_id: int, due_by: int | None = None) -> dict[str, int]:
     """One back-check round on a half queue: claim, send, apply.
 
     Returns counts: ``due`` (transactions handled: checked, queued or discarded), ``sent``
     (HTTP checks), ``delivered``, ``undelivered``, ``committed``, ``rolled_back``.
     """
-    jobs, due = check_claim(half_queue_id=half_queue_id)
+    jobs, due = check_claim(half_queue_id=half_queue_id, due_by=due_by)
     outcomes = checks_send(jobs)
     check_outcomes_apply(outcomes)
     return {

@@ -59,6 +59,7 @@ rows before reading their logs, so it serialises with ends, checks, resumes and 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from array import array
@@ -68,7 +69,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, Max, OuterRef, QuerySet
 from django.db.models.fields.json import KT
 
 from broker.conf import setting
@@ -295,6 +296,7 @@ def _rebuild(report: RebuildReport, *, apply: bool, chunk_size: int) -> None:
     queues = sorted(
         ConsumeQueue.objects.filter(topic=HALF_TOPIC).values_list("queue_id", "max_offset")
     )
+    resumed = _resumed_halves()
     for half_queue_id, max_offset in queues:
         ops = _op_index_read(half_queue_id, max_offset, report)
         next_offset = 0
@@ -321,7 +323,7 @@ def _rebuild(report: RebuildReport, *, apply: bool, chunk_size: int) -> None:
                 break
             report.half_messages += len(halves)
             next_offset = halves[-1].queue_offset + 1
-            _rebuild_chunk(half_queue_id, halves, ops, report, apply=apply)
+            _rebuild_chunk(half_queue_id, halves, ops, resumed, report, apply=apply)
             if len(halves) < chunk_size:
                 break
     _extra_rows(report, apply=apply)
@@ -348,7 +350,8 @@ def _op_index_read(half_queue_id: int, bound: int, report: RebuildReport) -> _Op
     return ops
 
 
-def _journal_read(ids: Iterable[str]) -> dict[str, _Journal]:
+def _journal_read(ids: QuerySet | Iterable[str]) -> dict[str, _Journal]:
+    """The check journal of the transactions ``ids`` (a list, or a ``msg_id`` subquery)."""
     journal: dict[str, _Journal] = {}
     for tid, kind, ts in (
         TransactionEvent.objects.filter(
@@ -381,59 +384,169 @@ def _op_named_verify(half_queue_id: int, claims: dict[int, int]) -> set[int]:
     return {offset for offset, clo in claims.items() if offset in named.get(clo, ())}
 
 
+_STORED_FIELDS = (
+    "transaction_id",
+    *COMPARED_FIELDS,
+    "next_check_timestamp",
+    "resolved_timestamp",
+)
+_RESOLUTION_FIELDS = (
+    "id",
+    "transaction_id",
+    "half_queue_id",
+    "half_queue_offset",
+    "action",
+    "resolved_by",
+    "resolved_timestamp",
+    "op_commit_log_offset",
+)
+
+
+def _resumed_halves() -> dict[str, int]:
+    """{msg_id: commit log offset of its newest half message} for the msg_ids with more than one
+    half message (resumed transactions): one aggregate over the half topic's msg_id index."""
+    return dict(
+        Message.objects.filter(topic=HALF_TOPIC)
+        .values("msg_id")
+        .annotate(copies=Count("commit_log_offset"), newest=Max("commit_log_offset"))
+        .filter(copies__gt=1)
+        .values_list("msg_id", "newest")
+    )
+
+
+def _by_half_offset(
+    qs: QuerySet,
+    half_queue_id: int,
+    lo: int,
+    hi: int,
+    wanted: set[str],
+    also: Iterable[str],
+    lock: bool,
+) -> dict[str, dict[str, Any]]:
+    """Rows of ``qs`` (``values()`` of a model with ``transaction_id``, ``half_queue_id`` and
+    ``half_queue_offset``) for the transactions ``wanted``: read by the range of their half
+    queue offsets (an index range scan), then by id for those of ``also`` not found there (a row
+    at a wrong offset)."""
+    if lock:
+        qs = qs.select_for_update()
+    found = {
+        row["transaction_id"]: row
+        for row in qs.filter(
+            half_queue_id=half_queue_id, half_queue_offset__gte=lo, half_queue_offset__lte=hi
+        ).order_by("half_queue_offset")
+        if row["transaction_id"] in wanted
+    }
+    rest = sorted(set(also) - found.keys())
+    if rest:
+        found.update(
+            (row["transaction_id"], row)
+            for row in qs.filter(transaction_id__in=rest).order_by("transaction_id")
+        )
+    return found
+
+
 def _rebuild_chunk(
     half_queue_id: int,
     halves: list[_Half],
     ops: _OpIndex,
+    resumed: dict[str, int],
     report: RebuildReport,
     *,
     apply: bool,
 ) -> None:
-    ids = sorted({h.msg_id for h in halves})
+    wanted = {h.msg_id for h in halves}
+    lo, hi = halves[0].queue_offset, halves[-1].queue_offset
+    chunk_ids = Message.objects.filter(
+        topic=HALF_TOPIC, queue_id=half_queue_id, queue_offset__gte=lo, queue_offset__lte=hi
+    ).values("msg_id")  # a subquery: the database joins on it, no list of ids is sent
     with transaction.atomic():
         # Lock first, then read the logs of these transactions: every writer (end, check,
         # discard, resume, Op flush) locks the same rows before writing their logs.
-        stored_qs = Transaction.objects.filter(pk__in=ids).order_by("pk")
-        resolution_qs = Resolution.objects.filter(transaction_id__in=ids).order_by("pk")
-        if apply:
-            stored_qs = stored_qs.select_for_update()
-            resolution_qs = resolution_qs.select_for_update()
-        stored = {t.pk: t for t in stored_qs}
-        resolutions = {r.transaction_id: r for r in resolution_qs}
-
-        newest: dict[str, int] = {}
-        for mid, clo in Message.objects.filter(topic=HALF_TOPIC, msg_id__in=ids).values_list(
-            "msg_id", "commit_log_offset"
-        ):
-            newest[mid] = max(clo, newest.get(mid, -1))
-        current = [h for h in halves if newest.get(h.msg_id) == h.commit_log_offset]
+        stored = _by_half_offset(
+            Transaction.objects.values(*_STORED_FIELDS),
+            half_queue_id,
+            lo,
+            hi,
+            wanted,
+            wanted,
+            apply,
+        )
+        current = [
+            h for h in halves if resumed.get(h.msg_id, h.commit_log_offset) == h.commit_log_offset
+        ]
+        # A row pointing at a newer half message of its id than the scan knew (resumed since
+        # the scan began): that newer copy is current, if it exists.
+        newer = {
+            h.msg_id: stored[h.msg_id]["half_commit_log_offset"]
+            for h in current
+            if h.msg_id in stored
+            and stored[h.msg_id]["half_commit_log_offset"] > h.commit_log_offset
+        }
+        if newer:
+            exists = set(
+                Message.objects.filter(
+                    pk__in=newer.values(), topic=HALF_TOPIC, msg_id__in=newer
+                ).values_list("msg_id", flat=True)
+            )
+            current = [h for h in current if h.msg_id not in exists]
         if not current:
             return
         report.transactions += len(current)
 
+        clos = {h.commit_log_offset for h in current}
         delivered = {
             pto: (queue_offset, store_ts)
             for pto, queue_offset, store_ts in Message.objects.filter(
-                prepared_transaction_offset__in=[h.commit_log_offset for h in current]
+                prepared_transaction_offset__gte=min(clos),
+                prepared_transaction_offset__lte=max(clos),
             ).values_list("prepared_transaction_offset", "queue_offset", "store_timestamp")
+            if pto in clos
         }
+        # Journal rows out of their range are looked up only where the logs or the row say
+        # the transaction is resolved.
+        resolutions = _by_half_offset(
+            Resolution.objects.values(*_RESOLUTION_FIELDS),
+            half_queue_id,
+            lo,
+            hi,
+            wanted,
+            (
+                h.msg_id
+                for h in current
+                if h.commit_log_offset in delivered
+                or ops.get(h.queue_offset) is not None
+                or (
+                    h.msg_id in stored
+                    and stored[h.msg_id]["state"]
+                    in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
+                )
+            ),
+            apply,
+        )
+        # A discard copy matters only to a transaction nothing resolves.
         discards: dict[str, tuple[int, str, int]] = {}
-        for mid, clo, reason, store_ts in (
-            Message.objects.filter(topic=CHECK_MAX_TIME_TOPIC, msg_id__in=ids)
-            .order_by("commit_log_offset")
-            .annotate(reason=KT(f"properties__{PROPERTY_DISCARD_REASON}"))
-            .values_list("msg_id", "commit_log_offset", "reason", "store_timestamp")
+        if any(
+            h.commit_log_offset not in delivered
+            and h.msg_id not in resolutions
+            and ops.get(h.queue_offset) is None
+            for h in current
         ):
-            discards[mid] = (clo, reason or "", store_ts)  # the newest copy wins
-        journal = _journal_read(ids)
+            for mid, clo, reason, store_ts in (
+                Message.objects.filter(topic=CHECK_MAX_TIME_TOPIC, msg_id__in=chunk_ids)
+                .order_by("commit_log_offset")
+                .annotate(reason=KT(f"properties__{PROPERTY_DISCARD_REASON}"))
+                .values_list("msg_id", "commit_log_offset", "reason", "store_timestamp")
+            ):
+                discards[mid] = (clo, reason or "", store_ts)  # the newest copy wins
+        journal = _journal_read(chunk_ids)
         # Journal rows pointing at an Op message the index does not credit with their offset
         # (written after the index was read, or wrong): read those Op messages again.
         claims = {
-            r.half_queue_offset: r.op_commit_log_offset
+            r["half_queue_offset"]: r["op_commit_log_offset"]
             for r in resolutions.values()
-            if r.op_commit_log_offset is not None
-            and r.half_queue_id == half_queue_id
-            and ops.get(r.half_queue_offset) != r.op_commit_log_offset
+            if r["op_commit_log_offset"] is not None
+            and r["half_queue_id"] == half_queue_id
+            and ops.get(r["half_queue_offset"]) != r["op_commit_log_offset"]
         }
         verified = _op_named_verify(half_queue_id, claims)
 
@@ -516,8 +629,8 @@ def _plain(value: Any) -> Any:
 def _compare_one(
     half_queue_id: int,
     half: _Half,
-    tx: Transaction | None,
-    resolution: Resolution | None,
+    tx: dict[str, Any] | None,
+    resolution: dict[str, Any] | None,
     delivery: tuple[int, int] | None,
     discard: tuple[int, str, int] | None,
     journal: _Journal,
@@ -531,18 +644,18 @@ def _compare_one(
     op_named = ops.get(offset)
     if (
         resolution is not None
-        and resolution.action == Resolution.Action.COMMIT
+        and resolution["action"] == Resolution.Action.COMMIT
         and delivery is None
     ):
         plan.diff(tid, DELIVERED_MESSAGE, None, "COMMIT journalled, none delivered", False)
         return  # an operator decides; nothing else about it is trustworthy enough to rewrite
     if resolution is not None and (
-        resolution.half_queue_id != half_queue_id or resolution.half_queue_offset != offset
+        resolution["half_queue_id"] != half_queue_id or resolution["half_queue_offset"] != offset
     ):
         plan.diff(
             tid,
             RESOLUTION_HALF_OFFSET,
-            [resolution.half_queue_id, resolution.half_queue_offset],
+            [resolution["half_queue_id"], resolution["half_queue_offset"]],
             [half_queue_id, offset],
             False,
         )
@@ -559,12 +672,12 @@ def _compare_one(
     resolved = state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 
     if resolution is not None:
-        resolved_by: str | None = resolution.resolved_by
-        resolved_ts: int | None = resolution.resolved_timestamp
+        resolved_by: str | None = resolution["resolved_by"]
+        resolved_ts: int | None = resolution["resolved_timestamp"]
     elif resolved:
-        same = tx is not None and tx.state == state and tx.resolved_by in _RESOLVERS
-        resolved_by = tx.resolved_by if same else ResolvedBy.PRODUCER
-        resolved_ts = tx.resolved_timestamp if same else (delivery[1] if delivery else None)
+        same = tx is not None and tx["state"] == state and tx["resolved_by"] in _RESOLVERS
+        resolved_by = tx["resolved_by"] if same else ResolvedBy.PRODUCER
+        resolved_ts = tx["resolved_timestamp"] if same else (delivery[1] if delivery else None)
     elif state == TransactionState.DISCARDED:
         resolved_by, resolved_ts = ResolvedBy.DISCARD, discard[2]
     else:
@@ -573,10 +686,8 @@ def _compare_one(
     timeout_ms = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
     immunity_ms = timeout_ms
     if half.immunity_seconds:
-        try:
+        with contextlib.suppress(ValueError):
             immunity_ms = max(timeout_ms, int(half.immunity_seconds) * 1000)
-        except ValueError:
-            pass
     if state != TransactionState.PREPARED:
         next_check = None
     elif journal.last_check_timestamp is not None:
@@ -623,19 +734,19 @@ def _compare_one(
     else:
         changed = {}
         for name in COMPARED_FIELDS:
-            if getattr(tx, name) != derived[name]:
-                plan.diff(tid, name, getattr(tx, name), derived[name])
+            if tx[name] != derived[name]:
+                plan.diff(tid, name, tx[name], derived[name])
                 changed[name] = derived[name]
-        if (tx.next_check_timestamp is None) != (next_check is None):
-            plan.diff(tid, "next_check_timestamp", tx.next_check_timestamp, next_check)
+        if (tx["next_check_timestamp"] is None) != (next_check is None):
+            plan.diff(tid, "next_check_timestamp", tx["next_check_timestamp"], next_check)
             changed["next_check_timestamp"] = next_check
         if changed:
             changed["last_check_timestamp"] = journal.last_check_timestamp
-            if "state" in changed or tx.resolved_timestamp is None:
+            if "state" in changed or tx["resolved_timestamp"] is None:
                 changed["resolved_timestamp"] = resolved_ts
             if state != TransactionState.PREPARED:
                 changed["next_check_timestamp"] = None
-            elif tx.next_check_timestamp is None:
+            elif tx["next_check_timestamp"] is None:
                 changed["next_check_timestamp"] = next_check
             plan.update[tid] = changed
 
@@ -643,7 +754,9 @@ def _compare_one(
     if not resolved:
         return
     action = (
-        Resolution.Action.COMMIT if state == TransactionState.COMMITTED else Resolution.Action.ROLLBACK
+        Resolution.Action.COMMIT
+        if state == TransactionState.COMMITTED
+        else Resolution.Action.ROLLBACK
     )
     if resolution is None:
         plan.diff(tid, RESOLUTION, None, action)
@@ -663,10 +776,10 @@ def _compare_one(
         )
         return
     repairs: dict[str, Any] = {}
-    if resolution.action != action:
-        plan.diff(tid, RESOLUTION_ACTION, resolution.action, action)
+    if resolution["action"] != action:
+        plan.diff(tid, RESOLUTION_ACTION, resolution["action"], action)
         repairs["action"] = action
-    op_stored = resolution.op_commit_log_offset
+    op_stored = resolution["op_commit_log_offset"]
     if op_stored is not None and (op_stored == op_named or offset in verified):
         op_derived: int | None = op_stored
     else:
@@ -675,7 +788,7 @@ def _compare_one(
         plan.diff(tid, RESOLUTION_OP_OFFSET, op_stored, op_derived)
         repairs["op_commit_log_offset"] = op_derived
     if repairs:
-        plan.resolution_update[resolution.pk] = repairs
+        plan.resolution_update[resolution["id"]] = repairs
 
 
 def _extra_rows(report: RebuildReport, *, apply: bool) -> None:

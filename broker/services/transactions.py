@@ -342,7 +342,7 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
 
 def transaction_announce(tx: Transaction, kind: str) -> None:
     """After the current database transaction commits, tell the console that ``tx`` changed
-    (``kind``: resolved, discarded, check_sent, check_undelivered). Nothing is announced for a
+    (``kind``: resolved, discarded, resumed, check_sent, check_undelivered). Nothing is announced for a
     write that rolls back."""
     event = TransactionFeedEvent(
         type="transaction.event",
