@@ -43,6 +43,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import zlib
@@ -544,10 +545,13 @@ class Meter:
 
     Wraps the step functions (module attributes, looked up at call time by their callers) and
     the database connection's ``execute`` (``connection.execute_wrapper``): nothing in broker/
-    or tasks/ changes. Statements are grouped by innermost step, verb, table and shape.
+    or tasks/ changes. Statements are grouped by innermost step, verb, table and shape. Only
+    the thread that runs the scan is measured (the lease heartbeat thread has its own database
+    connection and runs beside it, off the scan's path).
     """
 
     def __init__(self) -> None:
+        self.thread = threading.get_ident()  # only the scan's own thread is measured
         self.stack: list[str] = []
         self.phase_s: dict[str, float] = {}
         self.sql: dict[str, list[float]] = {}
@@ -565,6 +569,8 @@ class Meter:
 
     def _wrap(self, phase: str, func: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self.thread:  # e.g. the scan's lease heartbeat thread
+                return func(*args, **kwargs)
             self.stack.append(phase)
             t = time.perf_counter()
             try:

@@ -44,12 +44,22 @@ log, except where doing so would invent or destroy a delivery:
 - ``COMMIT`` journalled but nothing delivered: reported, **not repaired** (the rebuild reads
   no message bodies and never delivers; turning it into a rollback would contradict what the
   producer was told). An operator decides;
+- a ``Resolution`` naming another half offset than the current half message's: reported,
+  not repaired;
 - a row (or a journal row) for a transaction with no half message: the row is deleted if it
   has no ``Resolution``; with one, reported and not repaired.
 
+A half message is superseded when a newer copy of its msg_id exists. The rebuild looks for one
+only where the check journal has a ``resumed`` event or the row does not point at that half
+message, so missing a copy would take both the row and the journal to be wrong. An operator's
+resolution of a DISCARDED transaction clears ``discard_reason``: it is derived only for
+DISCARDED transactions.
+
 Cost: per half queue, the Op queue once (8 bytes of memory per half queue offset, see
 ``_OpIndex``), then the half queue in chunks of ``CHUNK_SIZE`` by queue offset (its unique
-index), each chunk seven indexed queries; then one anti-join for rows without a half message.
+index), each chunk about seven indexed queries (range scans by half queue offset and commit
+log offset, and index probes with the chunk's ids); then one anti-join for rows without a half
+message.
 No message body is read except the Op messages'. A dry run reads one snapshot (one REPEATABLE
 READ, READ ONLY transaction on PostgreSQL), so it can run beside a live broker without
 reporting transitions in flight. A repair locks each chunk's ``Transaction`` and ``Resolution``
@@ -69,7 +79,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, Max, OuterRef, QuerySet
+from django.db.models import BooleanField, Exists, F, Func, OuterRef, Q, QuerySet, Value
 from django.db.models.fields.json import KT
 
 from broker.conf import setting
@@ -296,7 +306,6 @@ def _rebuild(report: RebuildReport, *, apply: bool, chunk_size: int) -> None:
     queues = sorted(
         ConsumeQueue.objects.filter(topic=HALF_TOPIC).values_list("queue_id", "max_offset")
     )
-    resumed = _resumed_halves()
     for half_queue_id, max_offset in queues:
         ops = _op_index_read(half_queue_id, max_offset, report)
         next_offset = 0
@@ -323,7 +332,7 @@ def _rebuild(report: RebuildReport, *, apply: bool, chunk_size: int) -> None:
                 break
             report.half_messages += len(halves)
             next_offset = halves[-1].queue_offset + 1
-            _rebuild_chunk(half_queue_id, halves, ops, resumed, report, apply=apply)
+            _rebuild_chunk(half_queue_id, halves, ops, report, apply=apply)
             if len(halves) < chunk_size:
                 break
     _extra_rows(report, apply=apply)
@@ -350,12 +359,30 @@ def _op_index_read(half_queue_id: int, bound: int, report: RebuildReport) -> _Op
     return ops
 
 
-def _journal_read(ids: QuerySet | Iterable[str]) -> dict[str, _Journal]:
-    """The check journal of the transactions ``ids`` (a list, or a ``msg_id`` subquery)."""
+def _in(field_name: str, values: Iterable[Any]) -> Q:
+    """``field_name IN values``, as index probes. On PostgreSQL one array parameter
+    (``= ANY(%s)``), not one parameter per value, which psycopg splits slowly. Explicit values,
+    never a subquery: joined on a subquery the planner may hash a whole table per chunk."""
+    values = list(values)
+    if connection.vendor != "postgresql":
+        return Q(**{f"{field_name}__in": values})
+    return Q(_AnyOf(F(field_name), Value(values)))
+
+
+class _AnyOf(Func):
+    """``<field> = ANY(<array>)``."""
+
+    template = "%(expressions)s)"
+    arg_joiner = " = ANY("
+    output_field = BooleanField()
+
+
+def _journal_read(ids: list[str]) -> dict[str, _Journal]:
+    """The check journal of the transactions ``ids``, in insertion order."""
     journal: dict[str, _Journal] = {}
     for tid, kind, ts in (
         TransactionEvent.objects.filter(
-            transaction_id__in=ids,
+            _in("transaction_id", ids),
             kind__in=[TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.RESUMED],
         )
         .order_by("id")
@@ -402,18 +429,6 @@ _RESOLUTION_FIELDS = (
 )
 
 
-def _resumed_halves() -> dict[str, int]:
-    """{msg_id: commit log offset of its newest half message} for the msg_ids with more than one
-    half message (resumed transactions): one aggregate over the half topic's msg_id index."""
-    return dict(
-        Message.objects.filter(topic=HALF_TOPIC)
-        .values("msg_id")
-        .annotate(copies=Count("commit_log_offset"), newest=Max("commit_log_offset"))
-        .filter(copies__gt=1)
-        .values_list("msg_id", "newest")
-    )
-
-
 def _by_half_offset(
     qs: QuerySet,
     half_queue_id: int,
@@ -440,7 +455,7 @@ def _by_half_offset(
     if rest:
         found.update(
             (row["transaction_id"], row)
-            for row in qs.filter(transaction_id__in=rest).order_by("transaction_id")
+            for row in qs.filter(_in("transaction_id", rest)).order_by("transaction_id")
         )
     return found
 
@@ -449,16 +464,12 @@ def _rebuild_chunk(
     half_queue_id: int,
     halves: list[_Half],
     ops: _OpIndex,
-    resumed: dict[str, int],
     report: RebuildReport,
     *,
     apply: bool,
 ) -> None:
     wanted = {h.msg_id for h in halves}
     lo, hi = halves[0].queue_offset, halves[-1].queue_offset
-    chunk_ids = Message.objects.filter(
-        topic=HALF_TOPIC, queue_id=half_queue_id, queue_offset__gte=lo, queue_offset__lte=hi
-    ).values("msg_id")  # a subquery: the database joins on it, no list of ids is sent
     with transaction.atomic():
         # Lock first, then read the logs of these transactions: every writer (end, check,
         # discard, resume, Op flush) locks the same rows before writing their logs.
@@ -471,28 +482,31 @@ def _rebuild_chunk(
             wanted,
             apply,
         )
-        current = [
-            h for h in halves if resumed.get(h.msg_id, h.commit_log_offset) == h.commit_log_offset
+        journal = _journal_read(sorted(wanted))
+        # A resumed transaction has several half messages and the newest is current. Only a
+        # half with a resume in its journal, or that its row does not point at (a row missing
+        # or wrong), needs a look for a newer copy.
+        unsure = [
+            h.msg_id
+            for h in halves
+            if h.msg_id not in stored
+            or stored[h.msg_id]["half_commit_log_offset"] != h.commit_log_offset
+            or (h.msg_id in journal and journal[h.msg_id].resumed_timestamp is not None)
         ]
-        # A row pointing at a newer half message of its id than the scan knew (resumed since
-        # the scan began): that newer copy is current, if it exists.
-        newer = {
-            h.msg_id: stored[h.msg_id]["half_commit_log_offset"]
-            for h in current
-            if h.msg_id in stored
-            and stored[h.msg_id]["half_commit_log_offset"] > h.commit_log_offset
-        }
-        if newer:
-            exists = set(
-                Message.objects.filter(
-                    pk__in=newer.values(), topic=HALF_TOPIC, msg_id__in=newer
-                ).values_list("msg_id", flat=True)
-            )
-            current = [h for h in current if h.msg_id not in exists]
+        newest: dict[str, int] = {}
+        if unsure:
+            for mid, clo in Message.objects.filter(
+                _in("msg_id", unsure), topic=HALF_TOPIC
+            ).values_list("msg_id", "commit_log_offset"):
+                newest[mid] = max(clo, newest.get(mid, -1))
+        current = [
+            h for h in halves if newest.get(h.msg_id, h.commit_log_offset) == h.commit_log_offset
+        ]
         if not current:
             return
         report.transactions += len(current)
 
+        # Deliveries by the range of the chunk's commit log offsets (an index range scan).
         clos = {h.commit_log_offset for h in current}
         delivered = {
             pto: (queue_offset, store_ts)
@@ -502,7 +516,7 @@ def _rebuild_chunk(
             ).values_list("prepared_transaction_offset", "queue_offset", "store_timestamp")
             if pto in clos
         }
-        # Journal rows out of their range are looked up only where the logs or the row say
+        # Journal rows out of their range are looked for only where the logs or the row say
         # the transaction is resolved.
         resolutions = _by_half_offset(
             Resolution.objects.values(*_RESOLUTION_FIELDS),
@@ -524,21 +538,22 @@ def _rebuild_chunk(
             apply,
         )
         # A discard copy matters only to a transaction nothing resolves.
-        discards: dict[str, tuple[int, str, int]] = {}
-        if any(
-            h.commit_log_offset not in delivered
+        unresolved = [
+            h.msg_id
+            for h in current
+            if h.commit_log_offset not in delivered
             and h.msg_id not in resolutions
             and ops.get(h.queue_offset) is None
-            for h in current
-        ):
+        ]
+        discards: dict[str, tuple[int, str, int]] = {}
+        if unresolved:
             for mid, clo, reason, store_ts in (
-                Message.objects.filter(topic=CHECK_MAX_TIME_TOPIC, msg_id__in=chunk_ids)
+                Message.objects.filter(_in("msg_id", unresolved), topic=CHECK_MAX_TIME_TOPIC)
                 .order_by("commit_log_offset")
                 .annotate(reason=KT(f"properties__{PROPERTY_DISCARD_REASON}"))
                 .values_list("msg_id", "commit_log_offset", "reason", "store_timestamp")
             ):
                 discards[mid] = (clo, reason or "", store_ts)  # the newest copy wins
-        journal = _journal_read(chunk_ids)
         # Journal rows pointing at an Op message the index does not credit with their offset
         # (written after the index was read, or wrong): read those Op messages again.
         claims = {

@@ -1,5 +1,5 @@
 """Seed many transactions quickly, as the services would leave them, for timing the rebuild
-(``tests/test_recovery.py::test_rebuild_time_at_scale``). Bulk inserts, not the services: a
+(``bench/rebuild_cost.py``). Bulk inserts, not the services: a
 service prepare costs a few milliseconds, 100,000 of them minutes.
 
 Of ``n`` transactions on topic ``TranTest`` (4 queues) and producer group ``G``: a third
