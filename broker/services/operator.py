@@ -22,7 +22,7 @@ from django.db import transaction
 
 from broker.conf import setting
 from broker.constants import HALF_TOPIC, SYS_FLAG_TRANSACTION_PREPARED_TYPE
-from broker.errors import Conflict, InvalidInput, NotFound, TransactionAlreadyResolved
+from broker.errors import Conflict, InvalidInput, TransactionAlreadyResolved
 from broker.models import (
     CheckRequest,
     Message,
@@ -33,29 +33,17 @@ from broker.models import (
     now_ms,
 )
 from broker.services.storage import message_put
-from broker.services.transactions import transaction_announce, transaction_resolve_locked
+from broker.services.transactions import (
+    transaction_announce,
+    transaction_get_locked,
+    transaction_resolve_locked,
+)
 
 logger = logging.getLogger("halfmoon.operator")
 
 OperatorAction = Literal["commit", "rollback"]
 
 REASON_MAX_LENGTH = 1024
-
-
-def _locked(transaction_id: str) -> Transaction:
-    """The transaction row, locked until the caller's database transaction ends.
-
-    Raises:
-        NotFound: ``transaction_not_found``.
-    """
-    tx = Transaction.objects.select_for_update().filter(pk=transaction_id).first()
-    if tx is None:
-        raise NotFound(
-            f"Transaction {transaction_id} does not exist.",
-            code="transaction_not_found",
-            details={"transaction_id": transaction_id},
-        )
-    return tx
 
 
 def _actor_checked(actor: str) -> str:
@@ -122,7 +110,7 @@ def transaction_operator_resolve(
         )
     actor = _actor_checked(actor)
     with transaction.atomic():
-        tx = _locked(transaction_id)
+        tx = transaction_get_locked(transaction_id)
         if tx.state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK):
             raise TransactionAlreadyResolved(transaction_id, tx.state)
         previous_state = tx.state
@@ -187,7 +175,7 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
     """
     actor = _actor_checked(actor)
     with transaction.atomic():
-        tx = _locked(transaction_id)
+        tx = transaction_get_locked(transaction_id)
         if tx.state != TransactionState.DISCARDED:
             raise Conflict(
                 f"Transaction {transaction_id} is {tx.state}, not DISCARDED: only a discarded "

@@ -175,6 +175,23 @@ def _prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:
     return existing
 
 
+def transaction_get_locked(transaction_id: str) -> Transaction:
+    """The transaction row, locked (``SELECT ... FOR UPDATE``) until the caller's database
+    transaction ends: every change of a transaction's state starts here.
+
+    Raises:
+        NotFound: ``transaction_not_found``.
+    """
+    tx = Transaction.objects.select_for_update().filter(pk=transaction_id).first()
+    if tx is None:
+        raise NotFound(
+            f"Transaction {transaction_id} does not exist.",
+            code="transaction_not_found",
+            details={"transaction_id": transaction_id},
+        )
+    return tx
+
+
 def transaction_end(
     *,
     transaction_id: str,
@@ -200,13 +217,7 @@ def transaction_end(
         TransactionAlreadyResolved: the other action after resolution, or after a discard.
     """
     with transaction.atomic():
-        tx = Transaction.objects.select_for_update().filter(pk=transaction_id).first()
-        if tx is None:
-            raise NotFound(
-                f"Transaction {transaction_id} does not exist.",
-                code="transaction_not_found",
-                details={"transaction_id": transaction_id},
-            )
+        tx = transaction_get_locked(transaction_id)
         if tx.producer_group != producer_group:
             raise Forbidden(
                 f"Transaction {transaction_id} was sent by another producer group.",
