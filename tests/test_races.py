@@ -92,7 +92,7 @@ def _assert_resolved_once(tx: Transaction) -> Transaction:
         assert tx.queue_offset is None
     # Once the journal is flushed, exactly one Op message names the half offset, and the
     # journal row points at it.
-    op_flush(half_queue_id=tx.half_queue_id)
+    op_flush(half_queue_id=tx.half_queue_id, force=True)
     resolution.refresh_from_db()
     naming = [
         op.commit_log_offset

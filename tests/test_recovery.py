@@ -47,6 +47,14 @@ from broker.services.storage import message_put
 from broker.services.transactions import transaction_end
 from tests.support import CheckServer, closed_port_url, due_at, prepare, round_for
 
+
+@pytest.fixture(autouse=True)
+def _op_journal_flushed_at_once(broker_settings):
+    """These tests set up flushed Op journals; RIP-50's batching rule (full messages at once,
+    the rest after HALFMOON_OP_BATCH_INTERVAL_MS) has its own tests in test_op_batching.py."""
+    broker_settings["HALFMOON_OP_BATCH_INTERVAL_MS"] = 0
+
+
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL = 30_000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS default
 
@@ -318,7 +326,7 @@ def test_planted_differences_are_found_and_repaired(traffic):
     assert Resolution.objects.get(transaction_id=action_wrong.pk).action == "COMMIT"
     # The resolution whose Op message was bogus is unflushed again: the next flush names it.
     assert Resolution.objects.get(transaction_id=op_missing.pk).op_commit_log_offset is None
-    op_flush(half_queue_id=op_missing.half_queue_id)
+    op_flush(half_queue_id=op_missing.half_queue_id, force=True)
     flushed = Resolution.objects.get(transaction_id=op_missing.pk).op_commit_log_offset
     assert op_missing.half_queue_offset in parse_op_body(Message.objects.get(pk=flushed).body)
     assert transactions_rebuild(dry_run=True).differences == []
@@ -335,7 +343,7 @@ def test_a_deleted_op_message_leaves_its_resolutions_to_be_flushed_again(traffic
     assert {d.field for d in report.differences} == {RESOLUTION_OP_OFFSET}
     assert len(report.differences) == len(named)
     assert all(r.op_commit_log_offset is None for r in resolutions)
-    op_flush(half_queue_id=op.queue_id)
+    op_flush(half_queue_id=op.queue_id, force=True)
     assert transactions_rebuild(dry_run=True).differences == []
 
 
@@ -349,7 +357,7 @@ def test_an_op_message_the_journal_does_not_know_is_credited(traffic):
     resolution.refresh_from_db()
     assert resolution.op_commit_log_offset is not None
     # So the flusher does not name the offset a second time.
-    op_flush(half_queue_id=resolution.half_queue_id)
+    op_flush(half_queue_id=resolution.half_queue_id, force=True)
     naming = [
         body
         for body in Message.objects.filter(

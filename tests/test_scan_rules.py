@@ -40,6 +40,14 @@ from broker.services.transactions import transaction_discard, transaction_end
 from tasks.checks import check_half_queue
 from tests.support import CheckServer, prepare, round_at
 
+
+@pytest.fixture(autouse=True)
+def _op_journal_flushed_at_once(broker_settings):
+    """These tests set up flushed Op journals; RIP-50's batching rule (full messages at once,
+    the rest after HALFMOON_OP_BATCH_INTERVAL_MS) has its own tests in test_op_batching.py."""
+    broker_settings["HALFMOON_OP_BATCH_INTERVAL_MS"] = 0
+
+
 RATE_REDIS_URL = "redis://127.0.0.1:6379/9"
 SILENT_PORT = 18120  # listens, never accepts: the request is sent, no answer ever comes
 REFUSED_PORT = 18121  # bound, never listening: connection refused
@@ -611,21 +619,21 @@ def test_checkpoints_move_over_the_done_prefix_only(one_queue, producer_group):
     # Resolved but not yet in the Op log: not done.
     _end(txs[0])
     assert _advance() == (0, 0)
-    assert op_flush(half_queue_id=0) == 1
+    assert op_flush(half_queue_id=0, force=True) == 1
     assert _advance() == (1, 1)
 
     # Offsets 2 and 3 are done, 1 is still PREPARED: the half checkpoint waits at 1, and the Op
     # message naming 2 and 3 is not passed either.
     _end(txs[2], "rollback")
     _end(txs[3])
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _op_bodies() == ["0,", "2,3,"]
     assert _advance() == (1, 1)
 
     # 1 resolved, unflushed: still waiting; flushed: both move over everything done.
     _end(txs[1])
     assert _advance() == (1, 1)
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _op_bodies() == ["0,", "2,3,", "1,"]
     assert _advance() == (4, 3)
 
@@ -642,13 +650,13 @@ def test_checkpoints_move_over_the_done_prefix_only(one_queue, producer_group):
         transaction_id=txs[4].transaction_id, action="commit", reason="test", actor="operator:t"
     )
     assert _advance() == (5, 3)
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _op_bodies()[-1] == "4,"
     assert _advance() == (5, 4)
 
     # The last one: the half checkpoint reaches the end of the half queue.
     _end(txs[5], "rollback")
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _advance() == (6, 5)
     half_max = ConsumeQueue.objects.get(topic=HALF_TOPIC, queue_id=0).max_offset
     assert half_max == 6
@@ -660,16 +668,16 @@ def test_the_op_checkpoint_stops_at_an_op_message_naming_an_offset_not_yet_passe
     txs = _prepare_many("G", 5)
     _end(txs[1])
     _end(txs[3])
-    op_flush(half_queue_id=0)  # Op 0 names 1 and 3
+    op_flush(half_queue_id=0, force=True)  # Op 0 names 1 and 3
     _end(txs[0])
-    op_flush(half_queue_id=0)  # Op 1 names 0
+    op_flush(half_queue_id=0, force=True)  # Op 1 names 0
     assert _op_bodies() == ["1,3,", "0,"]
 
     # Half checkpoint 2 (offset 2 PREPARED): Op 0 names 3, so neither Op message is passed
     # although Op 1's offset lies below the checkpoint.
     assert _advance() == (2, 0)
     _end(txs[2])
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _advance() == (4, 3)
 
 
@@ -685,7 +693,7 @@ def test_checkpoints_never_move_backwards(one_queue, producer_group):
     assert _advance() == (2, 7)  # offset 0 is PREPARED, and there is no Op message at all
     for tx in txs:
         _end(tx)
-    op_flush(half_queue_id=0)
+    op_flush(half_queue_id=0, force=True)
     assert _advance() == (3, 7)
 
 
@@ -694,7 +702,7 @@ def test_the_op_checkpoint_passes_more_than_one_read_batch(one_queue, producer_g
     txs = _prepare_many("G", count)
     for tx in txs:
         _end(tx)
-        op_flush(half_queue_id=0)  # one Op message each
+        op_flush(half_queue_id=0, force=True)  # one Op message each
     assert len(_op_bodies()) == count
     assert _advance() == (count, count)
 

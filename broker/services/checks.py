@@ -184,6 +184,7 @@ def check_claim(
             .filter(
                 pk__in=list(candidates),
                 state=TransactionState.PREPARED,
+                half_queue_id=half_queue_id,
                 next_check_timestamp__lte=cutoff,
             )
             .order_by("next_check_timestamp")

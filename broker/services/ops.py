@@ -9,9 +9,10 @@ a half queue as Op messages, each naming many half queue offsets (``12,13,14,``)
 ``HALFMOON_OP_MSG_MAX_SIZE`` bytes, and marks the rows flushed in the same database
 transaction: a crash mid-flush leaves them unflushed, and the next flush writes them once.
 
-Flushes run every ``HALFMOON_OP_BATCH_INTERVAL_MS`` (Celery beat) and as soon as a process has
-buffered ``HALFMOON_OP_MSG_MAX_SIZE`` bytes of offsets for one queue (``op_buffer_note``). An
-end request never waits for a flush.
+Flushers run from beat every ``HALFMOON_OP_BATCH_INTERVAL_MS``, at the end of every scan of a
+half queue, and as soon as a process has buffered ``HALFMOON_OP_MSG_MAX_SIZE`` bytes of offsets
+for one queue (``op_buffer_note``); each writes only full Op messages, or everything once the
+oldest unflushed resolution is an interval old. An end request never waits for a flush.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.db import transaction
 
 from broker.conf import setting
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
-from broker.models import Resolution
+from broker.models import Resolution, now_ms
 from broker.services.storage import message_put, new_msg_id
 
 logger = logging.getLogger("halfmoon.ops")
@@ -63,33 +64,41 @@ def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
     transaction.on_commit(note)
 
 
-def op_flush(*, half_queue_id: int) -> int:
-    """Write the unflushed resolutions of one half queue as Op messages; return how many Op
-    messages were written (0 when there was nothing to flush).
+def op_flush(*, half_queue_id: int, force: bool = False) -> int:
+    """Write the unflushed resolutions of one half queue as Op messages, by RIP-50's rule: a
+    full Op message (``HALFMOON_OP_MSG_MAX_SIZE`` bytes of offsets) is written at once; the
+    rest waits until its oldest resolution is ``HALFMOON_OP_BATCH_INTERVAL_MS`` old (or
+    ``force``). Every flusher (beat, the end of a scan, the size trigger) goes through this
+    rule, so the Op message rate follows the load, not how often flushers run.
 
-    Rows locked by a concurrent flush are skipped (``SKIP LOCKED``), so two flushers never
-    write the same offset. At most ``OP_FLUSH_LIMIT`` resolutions per call.
+    Returns how many Op messages were written. Rows locked by a concurrent flush are skipped
+    (``SKIP LOCKED``), so two flushers never write the same offset. At most
+    ``OP_FLUSH_LIMIT`` resolutions per call.
     """
     max_size = setting("HALFMOON_OP_MSG_MAX_SIZE")
+    interval = setting("HALFMOON_OP_BATCH_INTERVAL_MS")
     written = 0
     with transaction.atomic():
         rows = list(
             Resolution.objects.select_for_update(skip_locked=True)
             .filter(half_queue_id=half_queue_id, op_commit_log_offset__isnull=True)
             .order_by("half_queue_offset")
-            .values_list("pk", "half_queue_offset")[:OP_FLUSH_LIMIT]
+            .values_list("pk", "half_queue_offset", "resolved_timestamp")[:OP_FLUSH_LIMIT]
         )
+        if not rows:
+            return 0
+        due = force or now_ms() - min(r[2] for r in rows) >= interval
         batch: list[int] = []
         body = ""
-        for pk, offset in rows:
+        for pk, offset, _ in rows:
             entry = op_entry(offset)
             if body and len(body) + len(entry) > max_size:
-                _op_write(half_queue_id, body, batch)
+                _op_write(half_queue_id, body, batch)  # a full Op message
                 written += 1
                 batch, body = [], ""
             batch.append(pk)
             body += entry
-        if batch:
+        if batch and due:
             _op_write(half_queue_id, body, batch)
             written += 1
     return written
