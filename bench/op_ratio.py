@@ -40,15 +40,13 @@ from typing import Any
 import redis
 from throughput import (
     CHILDREN,
-    GROUP,
     LOG_DIR,
-    ROOT,
-    SETUP_SHELL,
     TOPIC,
     Pg,
     _exit_on_signal,
     base_env,
-    run,
+    broker_database_prepare,
+    pick_port,
     run_wrk,
     start_uvicorn,
     wait_http,
@@ -56,25 +54,8 @@ from throughput import (
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_op_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
-PORT_RANGE = range(18200, 18250)
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TARGET = 0.1
-
-
-def pick_port(wanted: int | None) -> int:
-    """``wanted``, or the first port of 18200-18249 nothing listens on."""
-    import socket
-
-    for port in [wanted] if wanted else PORT_RANGE:
-        with socket.socket() as sock:
-            # As uvicorn binds: a port whose old connections are in TIME_WAIT is free.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SystemExit(f"no free port in {wanted or '18200-18249'}")
 
 
 def wait_log(path: Path, needle: str, proc: Any, timeout: float = 90.0) -> None:
@@ -357,17 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     redis.Redis.from_url(args.redis_url).flushdb()
-    pg.recreate(pg.dbname)
-    manage = [sys.executable, str(ROOT / "manage.py")]
     t0 = time.monotonic()
-    run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
-    run([*manage, "shell", "-c", SETUP_SHELL], env=env)
-    token = (
-        run([*manage, "create_access_key", "bench-producer", "--producer-group", GROUP], env=env)
-        .strip()
-        .splitlines()[-1]
-        .strip()
-    )
+    token = broker_database_prepare(pg, env)
     print(f"{pg.dbname}: recreated and migrated in {time.monotonic() - t0:.1f} s", flush=True)
     wrk_log = LOG_DIR / "op-ratio-wrk.log"
     wrk_log.write_text("")

@@ -39,7 +39,6 @@ import os
 import random
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from throughput import (
     _wait_group,
     base_env,
     cpu_seconds,
+    pick_port,
     run,
     wait_http,
 )
@@ -70,7 +70,6 @@ from throughput import (
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/12"
-PORT_RANGE = range(18200, 18250)
 
 # What the seed mirrors (broker.constants and the defaults of halfmoon/broker_settings.py).
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -125,20 +124,6 @@ def checks_received(port: int) -> int:
     """How many back-checks the producer on ``port`` has answered so far."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/count", timeout=5) as response:
         return int(json.load(response)["checks"])
-
-
-def pick_port(wanted: int | None) -> int:
-    """``wanted``, or the first port of 18200-18249 nothing listens on."""
-    for port in [wanted] if wanted else PORT_RANGE:
-        with socket.socket() as sock:
-            # As uvicorn binds: a port whose old connections are in TIME_WAIT is free.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise SystemExit(f"no free port in {wanted or '18200-18249'}")
 
 
 def start_check_server(port: int) -> None:

@@ -217,6 +217,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+PORT_RANGE = range(18200, 18250)  # the fixed ports of scan_cost.py and op_ratio.py
+
+
+def pick_port(wanted: int | None) -> int:
+    """``wanted``, or the first port of 18200-18249 nothing listens on."""
+    for port in [wanted] if wanted else PORT_RANGE:
+        with socket.socket() as sock:
+            # As uvicorn binds: a port whose old connections are in TIME_WAIT is free.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise SystemExit(f"no free port in {wanted or '18200-18249'}")
+
+
 def wait_http(
     port: int, path: str, proc: subprocess.Popen, log: Path, timeout: float = 60.0
 ) -> None:
@@ -669,23 +686,25 @@ def run_inprocess(target: str, env: dict[str, str], token: str, repeat: int) -> 
         print(f"{label} {line}")
 
 
+def broker_database_prepare(pg: Pg, env: dict[str, str]) -> str:
+    """Recreate ``pg.dbname``, migrate it, create BenchTopic and BenchGroup, and return the token
+    of a new access key for BenchGroup."""
+    pg.recreate(pg.dbname)
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
+    run([*manage, "shell", "-c", SETUP_SHELL], env=env)
+    out = run([*manage, "create_access_key", "bench-producer", "--producer-group", GROUP], env=env)
+    return out.strip().splitlines()[-1].strip()
+
+
 def measure_halfmoon(pg: Pg, args: argparse.Namespace) -> WrkResult:
     """Set up the bench database, serve Halfmoon, warm up, measure, verify."""
     log = LOG_DIR / "halfmoon-uvicorn.log"
     wrk_log = LOG_DIR / "halfmoon-wrk.log"
     wrk_log.write_text("")
     env = base_env(pg.url_for(pg.dbname), "halfmoon.settings")
-    pg.recreate(pg.dbname)
-    manage = [sys.executable, str(ROOT / "manage.py")]
     t0 = time.monotonic()
-    run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
-    run([*manage, "shell", "-c", SETUP_SHELL], env=env)
-    token = (
-        run([*manage, "create_access_key", "bench-producer", "--producer-group", GROUP], env=env)
-        .strip()
-        .splitlines()[-1]
-        .strip()
-    )
+    token = broker_database_prepare(pg, env)
     print(f"halfmoon: database {pg.dbname} recreated and migrated in {time.monotonic() - t0:.1f} s")
 
     port = free_port()
