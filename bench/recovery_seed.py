@@ -12,7 +12,7 @@ read them).
 
 from __future__ import annotations
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
@@ -56,9 +56,9 @@ def _next_offsets(topic: str, count: int) -> list[int]:
 def seed(n: int, *, start: int = 0) -> None:
     """Insert ``n`` transactions (see the module docstring), numbered from ``start`` (call again
     with ``start`` = the number already seeded to add more). Needs topic TranTest and group G."""
-    half_queues = setting("HALFMOON_HALF_QUEUE_NUMS")
-    timeout_ms = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
+    half_queues = conf.half_queue_nums
+    timeout_ms = conf.transaction_timeout_ms
+    interval = conf.transaction_check_interval_ms
     system_topic_ensure(HALF_TOPIC, half_queues)
     system_topic_ensure(OP_HALF_TOPIC, half_queues)
     base = now_ms() - 3_600_000

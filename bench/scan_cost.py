@@ -612,12 +612,12 @@ class ScanWorker:
         django.setup()
         from django.db import connection
 
-        from broker.conf import setting
+        from broker.conf import conf
 
         self.label, self.check_port, self.explain = label, check_port, explain
         self.meter = Meter()
         self.meter.install()
-        self.half_queues = setting("HALFMOON_HALF_QUEUE_NUMS")
+        self.half_queues = conf.half_queue_nums
         self.passes: list[dict[str, Any]] = []
         with connection.cursor() as cur:
             cur.execute(
@@ -639,8 +639,7 @@ class ScanWorker:
         self.pending = len(self.seeded)
         if (
             oldest is not None
-            and time.time() * 1000 - oldest
-            > setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000 - 600_000
+            and time.time() * 1000 - oldest > conf.file_reserved_hours * 3_600_000 - 600_000
         ):
             print(f"{label}: WARNING the seed is nearly HALFMOON_FILE_RESERVED_HOURS old: reseed")
 

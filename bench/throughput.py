@@ -489,7 +489,7 @@ LANDMARKS = [
     "transaction_prepare ",
     "transaction_end ",
     "message_put ",
-    "transaction_event_publish ",
+    "transaction_change_publish ",
     "SQLCompiler.as_sql ",
     "SQLInsertCompiler.as_sql ",
     "SQLCompiler.execute_sql ",

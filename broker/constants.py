@@ -65,9 +65,6 @@ SYS_FLAG_TRANSACTION_ROLLBACK_TYPE = 0xC
 # Topic and group names (Validators.VALID_PATTERN_STR, CHARACTER_MAX_LENGTH 127).
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
-# Upper bound of CHECK_IMMUNITY_TIME_IN_SECONDS (RocketMQ 5 proxy caps it at 3600 s).
-MAX_CHECK_IMMUNITY_SECONDS = 3600
-
 # SimpleConsumer bounds (RocketMQ 5 proxy ProxyConfig / receive validation).
 RECEIVE_MAX_MESSAGES = (1, 32)
 RECEIVE_INVISIBLE_DURATION_MS = (10_000, 43_200_000)

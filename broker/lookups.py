@@ -13,7 +13,7 @@ from django.core.cache import caches
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.models import AccessKey, ProducerGroup, Topic
 
 _MISSING = "__missing__"
@@ -24,7 +24,7 @@ def _cache() -> Any:
 
 
 def _timeout_s() -> float:
-    return setting("HALFMOON_LOOKUP_CACHE_MS") / 1000
+    return conf.lookup_cache_ms / 1000
 
 
 def access_key_by_hash(token_hash: str) -> AccessKey | None:

@@ -22,6 +22,8 @@ import time
 from django.db import models
 from django.db.models import Q
 
+from broker.rules.states import ResolutionAction, ResolvedBy, TransactionState
+
 
 def now_ms() -> int:
     """Milliseconds since the Unix epoch, as RocketMQ's ``*_timestamp`` fields."""
@@ -165,20 +167,6 @@ class AccessKey(models.Model):
         return f"{self.name} ({self.token_prefix}...)"
 
 
-class TransactionState(models.TextChoices):
-    PREPARED = "PREPARED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    DISCARDED = "DISCARDED"
-
-
-class ResolvedBy(models.TextChoices):
-    PRODUCER = "producer"
-    CHECK = "check"
-    OPERATOR = "operator"
-    DISCARD = "discard"
-
-
 class Transaction(models.Model):
     """Derived state of one transactional message, keyed by its transaction id (= UNIQ_KEY).
 
@@ -266,9 +254,7 @@ class Resolution(models.Model):
     half queue offset (RocketMQ writes one Op message per resolved half offset).
     """
 
-    class Action(models.TextChoices):
-        COMMIT = "COMMIT"
-        ROLLBACK = "ROLLBACK"
+    Action = ResolutionAction
 
     transaction = models.OneToOneField(
         Transaction, on_delete=models.PROTECT, related_name="resolution"

@@ -6,7 +6,7 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from console.events import TRANSACTIONS_GROUP, TransactionEvent
+from broker.events import TRANSACTIONS_GROUP, TransactionChange
 
 
 class TransactionFeedConsumer(AsyncJsonWebsocketConsumer):
@@ -23,6 +23,6 @@ class TransactionFeedConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(TRANSACTIONS_GROUP, self.channel_name)
 
-    async def transaction_event(self, event: TransactionEvent) -> None:
+    async def transaction_event(self, event: TransactionChange) -> None:
         payload: dict[str, Any] = {k: v for k, v in event.items() if k != "type"}
         await self.send_json(payload)

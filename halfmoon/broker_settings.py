@@ -1,7 +1,7 @@
 """The broker's settings: name, RocketMQ name, default, bounds and meaning, in one list.
 
 ``halfmoon.settings`` builds ``HALFMOON_SETTINGS`` from it, and README.md's settings table is
-rendered from it (``python manage.py settings_table``; tests/test_settings_doc.py keeps the two
+rendered from it (``python manage.py settings_table``; tests/halfmoon/test_settings_doc.py keeps the two
 equal), so the docs cannot drift from the code.
 """
 

@@ -19,11 +19,10 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
 
     Each entry expires before its next run, so a slow scan never piles up behind itself.
     """
-    from django.conf import settings
+    from broker.conf import conf
 
-    # django-celery-beat intervals are whole seconds.
-    every_s = max(1, settings.HALFMOON_SETTINGS["HALFMOON_CHECK_SCAN_INTERVAL_MS"] // 1000)
-    op_every_s = max(1, round(settings.HALFMOON_SETTINGS["HALFMOON_OP_BATCH_INTERVAL_MS"] / 1000))
+    every_s = conf.check_scan_interval_s
+    op_every_s = conf.op_batch_interval_s
     sender.conf.beat_schedule = {
         "halfmoon-check-dispatch": {
             "task": "tasks.checks.check_dispatch",

@@ -10,10 +10,9 @@ import threading
 import time
 
 from celery import shared_task
-from django.conf import settings
 from django.db import connection
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.models import now_ms
 from broker.services.checks import check_round, checkpoint_advance
 from broker.services.leases import lease_acquire, lease_release
@@ -36,15 +35,15 @@ def _lease_ttl_ms() -> int:
     another worker's scan has taken the queue over within one check interval. A live scan
     keeps its lease with a heartbeat (``_LeaseKeeper``) however long its rounds take, so no
     other scan claims its transactions before it has counted the checks it sent."""
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
-    return max(setting("HALFMOON_CHECK_SCAN_INTERVAL_MS"), min(interval // 2, 60_000))
+    interval = conf.transaction_check_interval_ms
+    return max(conf.check_scan_interval_ms, min(interval // 2, 60_000))
 
 
 @shared_task(name="tasks.checks.check_dispatch", ignore_result=True)
 def check_dispatch() -> None:
     """Beat entry: one ``check_half_queue`` task per half queue."""
-    every_s = max(1, settings.HALFMOON_SETTINGS["HALFMOON_CHECK_SCAN_INTERVAL_MS"] // 1000)
-    for queue_id in range(setting("HALFMOON_HALF_QUEUE_NUMS")):
+    every_s = conf.check_scan_interval_s
+    for queue_id in range(conf.half_queue_nums):
         check_half_queue.apply_async((queue_id,), expires=every_s * 2)
 
 
@@ -92,7 +91,7 @@ def check_half_queue(queue_id: int) -> dict[str, int] | None:
         return None
     keeper = _LeaseKeeper(name=name, owner=owner, ttl_ms=ttl_ms)
     keeper.start()
-    deadline = time.monotonic() + setting("HALFMOON_CHECK_MAX_PROCESS_TIME_MS") / 1000
+    deadline = time.monotonic() + conf.check_max_process_time_ms / 1000
     started = now_ms()
     totals: dict[str, int] = {}
     try:

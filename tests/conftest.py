@@ -6,6 +6,8 @@ group G), ``consumer`` (consumer group C) and ``outsider`` (a key with no rights
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -16,6 +18,16 @@ from broker.services.admin import (
     producer_group_create,
     topic_create,
 )
+
+RULES_DIR = Path(__file__).resolve().parent / "rules"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of the pure rules (``tests/rules/``, ``broker.rules``) are marked ``unit``: they need
+    no database, no Redis and no network, so ``bin/test -m unit`` runs them in seconds."""
+    for item in items:
+        if RULES_DIR in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.unit)
 
 
 def client_for(token: str | None) -> APIClient:

@@ -7,7 +7,7 @@ import secrets
 
 from django.db import IntegrityError, transaction
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import NAME_PATTERN, is_system_topic
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
@@ -114,7 +114,7 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
         InvalidInput: bad name or attempts below 1. Conflict: ``consumer_group_exists``.
     """
     _check_group_name("consumer group", name)
-    attempts = max_delivery_attempts or setting("HALFMOON_MAX_DELIVERY_ATTEMPTS")
+    attempts = max_delivery_attempts or conf.max_delivery_attempts
     if attempts < 1:
         raise InvalidInput(
             "max_delivery_attempts must be at least 1.", code="invalid_max_delivery_attempts"

@@ -36,7 +36,7 @@ from django.db import transaction
 from django.db.models import F, Min, Window
 from django.db.models.functions import RowNumber
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import CHECK_GROUP, HALF_TOPIC, OP_HALF_TOPIC, RESERVED_PROPERTIES
 from broker.errors import HalfmoonError
 from broker.models import (
@@ -51,9 +51,8 @@ from broker.models import (
     TransactionState,
     now_ms,
 )
+from broker.rules.states import DiscardReason
 from broker.services.transactions import (
-    DISCARD_CHECK_MAX,
-    DISCARD_FILE_RESERVED_TIME,
     transaction_announce,
     transaction_discard,
     transaction_end,
@@ -149,10 +148,10 @@ def check_claim(
     or could not be reached) are left for later. Discards past ``transactionCheckMax``
     (RocketMQ ``needDiscard``) and past ``fileReservedTime`` (``needSkip``).
     """
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
-    check_max = setting("HALFMOON_TRANSACTION_CHECK_MAX")
-    reserved_ms = setting("HALFMOON_FILE_RESERVED_HOURS") * 3_600_000
-    per_group = setting("HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT")
+    interval = conf.transaction_check_interval_ms
+    check_max = conf.transaction_check_max
+    reserved_ms = conf.file_reserved_hours * 3_600_000
+    per_group = conf.check_group_max_in_flight
     jobs: list[CheckJob] = []
     with transaction.atomic():
         # Read the clock once the transaction is open (on SQLite, once the write lock is held).
@@ -177,7 +176,7 @@ def check_claim(
             )
             .filter(rank__lte=per_group)
             .order_by("next_check_timestamp")
-            .values_list("pk", flat=True)[: setting("HALFMOON_CHECK_BATCH_SIZE")]
+            .values_list("pk", flat=True)[: conf.check_batch_size]
         )
         due = list(
             Transaction.objects.select_for_update(skip_locked=True)
@@ -202,10 +201,10 @@ def check_claim(
         unreachable: set[str] = set()
         for tx in due:
             if now - tx.born_timestamp > reserved_ms:
-                transaction_discard(tx, reason=DISCARD_FILE_RESERVED_TIME)
+                transaction_discard(tx, reason=DiscardReason.FILE_RESERVED_TIME)
                 continue
             if tx.check_times >= check_max:
-                transaction_discard(tx, reason=DISCARD_CHECK_MAX)
+                transaction_discard(tx, reason=DiscardReason.CHECK_MAX)
                 continue
             tx.next_check_timestamp = now + interval
             leased.append(tx)
@@ -262,7 +261,7 @@ def _rate_limited(jobs: list[CheckJob], *, now: int) -> list[CheckJob]:
     """Keep at most ``HALFMOON_CHECK_GROUP_MAX_PER_SECOND`` checks per producer group per second,
     counted across every worker in Redis (a fixed one-second window). The rest are held back,
     not sent and not counted, and become due again a second later."""
-    limit = setting("HALFMOON_CHECK_GROUP_MAX_PER_SECOND")
+    limit = conf.check_group_max_per_second
     by_group: dict[str, list[CheckJob]] = {}
     for job in jobs:
         by_group.setdefault(job.producer_group, []).append(job)
@@ -313,8 +312,8 @@ def _parse_answer(response: httpx.Response) -> tuple[str | None, str]:
 
 
 async def _send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
-    timeout_s = setting("HALFMOON_CHECK_REQUEST_TIMEOUT_MS") / 1000
-    limit = asyncio.Semaphore(setting("HALFMOON_CHECK_CONCURRENCY"))
+    timeout_s = conf.check_request_timeout_ms / 1000
+    limit = asyncio.Semaphore(conf.check_concurrency)
 
     async def send(client: httpx.AsyncClient, job: CheckJob) -> CheckOutcome:
         async with limit:
@@ -412,8 +411,8 @@ def _group_health_record(outcomes: list[CheckOutcome], *, now: int) -> None:
     ``HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS`` up to the check interval. One answer clears it.
     A dead producer thus costs one probe per backoff instead of a batch of timeouts per round,
     and cannot delay the checks of healthy groups."""
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
-    base = setting("HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS")
+    interval = conf.transaction_check_interval_ms
+    base = conf.check_undelivered_backoff_ms
     answered: dict[str, bool] = {}
     for outcome in outcomes:
         ok = outcome.delivered and not outcome.timed_out
@@ -451,8 +450,8 @@ def check_outcomes_apply(outcomes: list[CheckOutcome], *, now: int | None = None
     and marks its group unreachable. Groups with no answer at all are backed off.
     """
     now = now if now is not None else now_ms()
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
-    base = setting("HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS")
+    interval = conf.transaction_check_interval_ms
+    base = conf.check_undelivered_backoff_ms
     for outcome in outcomes:
         job = outcome.job
         if outcome.delivered:

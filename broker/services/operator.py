@@ -16,11 +16,10 @@ check scan, and both leave evidence in the logs the derived state is rebuilt fro
 from __future__ import annotations
 
 import logging
-from typing import Literal
 
 from django.db import transaction
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import HALF_TOPIC, SYS_FLAG_TRANSACTION_PREPARED_TYPE
 from broker.errors import Conflict, InvalidInput, TransactionAlreadyResolved
 from broker.models import (
@@ -32,6 +31,7 @@ from broker.models import (
     TransactionState,
     now_ms,
 )
+from broker.rules.states import ResolvingAction
 from broker.services.storage import message_put
 from broker.services.transactions import (
     transaction_announce,
@@ -41,7 +41,6 @@ from broker.services.transactions import (
 
 logger = logging.getLogger("halfmoon.operator")
 
-OperatorAction = Literal["commit", "rollback"]
 
 REASON_MAX_LENGTH = 1024
 
@@ -53,7 +52,7 @@ def _actor_checked(actor: str) -> str:
 
 
 def transaction_operator_resolve(
-    *, transaction_id: str, action: OperatorAction, reason: str, actor: str
+    *, transaction_id: str, action: ResolvingAction, reason: str, actor: str
 ) -> Transaction:
     """Commit or roll back a PREPARED or DISCARDED transaction by hand, exactly once.
 
@@ -185,7 +184,7 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
             )
         half = Message.objects.get(pk=tx.half_commit_log_offset)
         copy = message_put(
-            system_queue_nums=setting("HALFMOON_HALF_QUEUE_NUMS"),
+            system_queue_nums=conf.half_queue_nums,
             topic=HALF_TOPIC,
             queue_id=tx.half_queue_id,
             msg_id=tx.transaction_id,

@@ -23,7 +23,7 @@ import threading
 from celery import current_app
 from django.db import transaction
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
 from broker.models import Resolution, now_ms
 from broker.services.storage import message_put, new_msg_id
@@ -51,7 +51,7 @@ def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
     def note() -> None:
         with _buffered_lock:
             total = _buffered.get(half_queue_id, 0) + size
-            full = total >= setting("HALFMOON_OP_MSG_MAX_SIZE")
+            full = total >= conf.op_msg_max_size
             _buffered[half_queue_id] = 0 if full else total
         if full:
             try:
@@ -75,8 +75,8 @@ def op_flush(*, half_queue_id: int, force: bool = False) -> int:
     (``SKIP LOCKED``), so two flushers never write the same offset. At most
     ``OP_FLUSH_LIMIT`` resolutions per call.
     """
-    max_size = setting("HALFMOON_OP_MSG_MAX_SIZE")
-    interval = setting("HALFMOON_OP_BATCH_INTERVAL_MS")
+    max_size = conf.op_msg_max_size
+    interval = conf.op_batch_interval_ms
     written = 0
     with transaction.atomic():
         rows = list(
@@ -111,7 +111,7 @@ def _op_write(half_queue_id: int, body: str, resolution_ids: list[int]) -> None:
         msg_id=new_msg_id(),
         body=body.encode("ascii"),
         tags=OP_REMOVE_TAG,
-        system_queue_nums=setting("HALFMOON_HALF_QUEUE_NUMS"),
+        system_queue_nums=conf.half_queue_nums,
     )
     Resolution.objects.filter(pk__in=resolution_ids).update(
         op_commit_log_offset=op.commit_log_offset

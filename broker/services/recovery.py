@@ -82,7 +82,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, Exists, F, Func, OuterRef, Q, QuerySet, Value
 from django.db.models.fields.json import KT
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
@@ -698,7 +698,7 @@ def _compare_one(
     else:
         resolved_by, resolved_ts = None, None
 
-    timeout_ms = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
+    timeout_ms = conf.transaction_timeout_ms
     immunity_ms = timeout_ms
     if half.immunity_seconds:
         with contextlib.suppress(ValueError):
@@ -706,9 +706,7 @@ def _compare_one(
     if state != TransactionState.PREPARED:
         next_check = None
     elif journal.last_check_timestamp is not None:
-        next_check = journal.last_check_timestamp + setting(
-            "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS"
-        )
+        next_check = journal.last_check_timestamp + conf.transaction_check_interval_ms
     elif journal.resumed_timestamp is not None:
         next_check = journal.resumed_timestamp
     else:

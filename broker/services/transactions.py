@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import logging
 import zlib
-from typing import Any, Literal
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
-    MAX_CHECK_IMMUNITY_SECONDS,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_DISCARD_REASON,
     PROPERTY_HALF_QUEUE_OFFSET,
@@ -28,6 +27,7 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound, TransactionAlreadyResolved
+from broker.events import TransactionChange, transaction_change_publish
 from broker.lookups import producer_group_exists
 from broker.models import (
     Message,
@@ -38,29 +38,33 @@ from broker.models import (
     TransactionState,
     now_ms,
 )
+from broker.rules.checks import (
+    MAX_CHECK_IMMUNITY_SECONDS,
+    check_immunity_ms,
+    check_immunity_valid,
+)
+from broker.rules.states import (
+    EndAction,
+    ResolvingAction,
+    resolution_of_action,
+    state_of_action,
+)
 from broker.services.messages import producer_topic_get, queue_select
 from broker.services.ops import op_buffer_note
 from broker.services.storage import message_put, new_msg_id
 from broker.services.validation import message_validate
-from console.events import TransactionEvent as TransactionFeedEvent
-from console.events import transaction_event_publish
 
 logger = logging.getLogger("halfmoon.transactions")
-
-EndAction = Literal["commit", "rollback", "unknown"]
 
 # Properties stripped when a half message is re-stored on its real topic
 # (EndTransactionProcessor.endMessageTransaction clears REAL_TOPIC and REAL_QID).
 _HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
 
-DISCARD_CHECK_MAX = "check_max"
-DISCARD_FILE_RESERVED_TIME = "file_reserved_time"
-
 
 def half_queue_select(transaction_id: str) -> int:
     """The half queue (and matching Op queue) of a transaction: CRC32 of its id modulo
     ``HALFMOON_HALF_QUEUE_NUMS``. Salted so it does not correlate with the real queue."""
-    return zlib.crc32(b"half:" + transaction_id.encode()) % setting("HALFMOON_HALF_QUEUE_NUMS")
+    return zlib.crc32(b"half:" + transaction_id.encode()) % conf.half_queue_nums
 
 
 def transaction_prepare(
@@ -95,16 +99,16 @@ def transaction_prepare(
         InvalidInput, TooLarge: bad immunity, body or properties.
     """
     props = message_validate(body=body, properties=properties)
-    timeout_ms = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
-    immunity_ms = timeout_ms
-    if check_immunity_seconds is not None:
-        if check_immunity_seconds < 0 or check_immunity_seconds > MAX_CHECK_IMMUNITY_SECONDS:
-            raise InvalidInput(
-                f"check_immunity_seconds must be between 0 and {MAX_CHECK_IMMUNITY_SECONDS}.",
-                code="invalid_check_immunity",
-                details={"check_immunity_seconds": check_immunity_seconds},
-            )
-        immunity_ms = max(timeout_ms, check_immunity_seconds * 1000)
+    if check_immunity_seconds is not None and not check_immunity_valid(check_immunity_seconds):
+        raise InvalidInput(
+            f"check_immunity_seconds must be between 0 and {MAX_CHECK_IMMUNITY_SECONDS}.",
+            code="invalid_check_immunity",
+            details={"check_immunity_seconds": check_immunity_seconds},
+        )
+    immunity_ms = check_immunity_ms(
+        transaction_timeout_ms=conf.transaction_timeout_ms,
+        immunity_seconds=check_immunity_seconds,
+    )
     if not producer_group_exists(producer_group):
         raise NotFound(
             f"Producer group {producer_group} does not exist.",
@@ -129,7 +133,7 @@ def transaction_prepare(
     try:
         with transaction.atomic():
             half = message_put(
-                system_queue_nums=setting("HALFMOON_HALF_QUEUE_NUMS"),
+                system_queue_nums=conf.half_queue_nums,
                 topic=HALF_TOPIC,
                 queue_id=half_queue_id,
                 msg_id=transaction_id,
@@ -226,7 +230,7 @@ def transaction_end(
             )
         if action == "unknown":
             return tx
-        target = TransactionState.COMMITTED if action == "commit" else TransactionState.ROLLED_BACK
+        target = state_of_action(action)
         if tx.state == target:
             return tx
         if tx.state != TransactionState.PREPARED:
@@ -237,7 +241,7 @@ def transaction_end(
 
 
 def transaction_resolve_locked(
-    tx: Transaction, *, action: EndAction, resolved_by: str, reason: str
+    tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str
 ) -> None:
     """Deliver (commit) or drop (rollback) a transaction and journal its resolution for the
     Op log: the one place a transaction is resolved (producers, checks and operators).
@@ -275,7 +279,7 @@ def transaction_resolve_locked(
         transaction=tx,
         half_queue_id=tx.half_queue_id,
         half_queue_offset=tx.half_queue_offset,
-        action=Resolution.Action.COMMIT if action == "commit" else Resolution.Action.ROLLBACK,
+        action=resolution_of_action(action),
         resolved_by=resolved_by,
         reason=reason,
         resolved_timestamp=now,
@@ -352,10 +356,10 @@ def transaction_discard(tx: Transaction, *, reason: str) -> None:
 
 
 def transaction_announce(tx: Transaction, kind: str) -> None:
-    """After the current database transaction commits, tell the console that ``tx`` changed
+    """After the current database transaction commits, announce that ``tx`` changed (``broker.events``; the console relays it)
     (``kind``: resolved, discarded, resumed, check_sent, check_undelivered). Nothing is announced for a
     write that rolls back."""
-    event = TransactionFeedEvent(
+    event = TransactionChange(
         type="transaction.event",
         kind=kind,
         transaction_id=tx.transaction_id,
@@ -365,4 +369,4 @@ def transaction_announce(tx: Transaction, kind: str) -> None:
         check_times=tx.check_times,
         timestamp=now_ms(),
     )
-    transaction.on_commit(lambda: transaction_event_publish(event))
+    transaction.on_commit(lambda: transaction_change_publish(event))

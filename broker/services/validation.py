@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.conf import setting
+from broker.conf import conf
 from broker.constants import RESERVED_PROPERTIES
 from broker.errors import InvalidInput, TooLarge
 
@@ -23,7 +23,7 @@ def message_validate(*, body: bytes, properties: dict[str, Any] | None) -> dict[
         TooLarge: ``message_too_large`` or ``properties_too_large`` (413).
         InvalidInput: ``reserved_property`` or ``invalid_properties`` (400).
     """
-    max_body = setting("HALFMOON_MAX_MESSAGE_SIZE")
+    max_body = conf.max_message_size
     if len(body) > max_body:
         raise TooLarge(
             f"The message body is {len(body)} bytes, more than the limit of {max_body} bytes.",
@@ -45,7 +45,7 @@ def message_validate(*, body: bytes, properties: dict[str, Any] | None) -> dict[
             details={"properties": reserved},
         )
     size = sum(len(k.encode()) + len(v.encode()) for k, v in props.items())
-    max_props = setting("HALFMOON_MAX_PROPERTIES_SIZE")
+    max_props = conf.max_properties_size
     if size > max_props:
         raise TooLarge(
             f"The properties are {size} bytes, more than the limit of {max_props} bytes.",

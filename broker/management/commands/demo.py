@@ -37,7 +37,7 @@ from broker.client import (
     TransactionListener,
     TransactionProducer,
 )
-from broker.conf import setting
+from broker.conf import conf
 from broker.models import AccessKey
 from broker.services.admin import access_key_create
 
@@ -84,9 +84,9 @@ def default_timeout_s() -> float:
     """How long the UNKNOW transactions take to be discarded with this environment's settings:
     the first check after the transaction timeout, then one check per interval up to the check
     max, and the discard one interval later; plus a minute for scans and the consumer."""
-    timeout = setting("HALFMOON_TRANSACTION_TIMEOUT_MS")
-    interval = setting("HALFMOON_TRANSACTION_CHECK_INTERVAL_MS")
-    check_max = setting("HALFMOON_TRANSACTION_CHECK_MAX")
+    timeout = conf.transaction_timeout_ms
+    interval = conf.transaction_check_interval_ms
+    check_max = conf.transaction_check_max
     return (timeout + (check_max + 1) * interval) / 1000 + 60
 
 

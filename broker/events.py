@@ -1,6 +1,9 @@
-"""Transaction events pushed to the console's websocket, and the one helper that sends them.
+"""The broker's announcements of transaction changes, and the one helper that publishes them.
 
-Services call ``transaction_event_publish`` through ``transaction.on_commit`` so nothing is
+The broker publishes each change to the channel-layer group ``TRANSACTIONS_GROUP``; whoever
+wants them (the console's websocket consumers) subscribes to that group and relays them. The
+broker imports nothing of the console. Services call ``transaction_change_publish`` through
+``transaction.on_commit`` (``broker.services.transactions.transaction_announce``) so nothing is
 announced for a write that rolled back. Publishing never delays the request or task that caused
 it: events go onto an in-process queue drained by one background thread with its own event loop
 (so channels-redis keeps one connection pool). The feed is best effort: an event the channel
@@ -18,13 +21,13 @@ from typing import Literal, TypedDict
 
 from channels.layers import get_channel_layer
 
-logger = logging.getLogger("halfmoon.console")
+logger = logging.getLogger("halfmoon.events")
 
-TRANSACTIONS_GROUP = "console.transactions"
+TRANSACTIONS_GROUP = "broker.transactions"
 QUEUE_LIMIT = 10_000  # events waiting to be published; beyond it new events are dropped
 
 
-class TransactionEvent(TypedDict):
+class TransactionChange(TypedDict):
     """``{"type": "transaction.event", ...}``: a transaction changed state or was checked."""
 
     type: Literal["transaction.event"]
@@ -41,17 +44,19 @@ class _Publisher:
     """One daemon thread per process that sends queued events to the channel layer."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[TransactionEvent] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._queue: queue.Queue[TransactionChange] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._pid: int | None = None
         self._lock = threading.Lock()
 
-    def submit(self, event: TransactionEvent) -> None:
+    def submit(self, event: TransactionChange) -> None:
         self._ensure_thread()
         try:
             self._queue.put_nowait(event)
         except queue.Full:
             logger.warning(
-                "console feed queue full: dropped %s of %s", event["kind"], event["transaction_id"]
+                "transaction change queue full: dropped %s of %s",
+                event["kind"],
+                event["transaction_id"],
             )
 
     def _ensure_thread(self) -> None:
@@ -61,7 +66,7 @@ class _Publisher:
         with self._lock:
             if self._pid != os.getpid():
                 self._queue = queue.Queue(maxsize=QUEUE_LIMIT)
-                threading.Thread(target=self._run, name="console-feed", daemon=True).start()
+                threading.Thread(target=self._run, name="transaction-changes", daemon=True).start()
                 self._pid = os.getpid()
 
     def _run(self) -> None:
@@ -88,8 +93,8 @@ class _Publisher:
 _publisher = _Publisher()
 
 
-def transaction_event_publish(event: TransactionEvent) -> None:
-    """Queue ``event`` for every connected console websocket (group ``console.transactions``).
+def transaction_change_publish(event: TransactionChange) -> None:
+    """Queue ``event`` for every subscriber of ``TRANSACTIONS_GROUP`` (``broker.transactions``).
 
     Returns at once; the background thread sends it.
     """

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
+from broker.conf import conf
 from broker.constants import HALF_TOPIC, OP_HALF_TOPIC
 from broker.models import (
     Message,
@@ -55,7 +55,7 @@ def _op_journal_flushed_at_once(broker_settings):
     broker_settings["HALFMOON_OP_BATCH_INTERVAL_MS"] = 0
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 30_000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS default
 
 try:  # built by the operator work (resolve / resume-check endpoints)
@@ -73,7 +73,7 @@ def _resume(tx: Transaction) -> Transaction:
         tx = Transaction.objects.select_for_update().get(pk=tx.pk)
         half = Message.objects.get(pk=tx.half_commit_log_offset)
         copy = message_put(
-            system_queue_nums=settings.HALFMOON_SETTINGS["HALFMOON_HALF_QUEUE_NUMS"],
+            system_queue_nums=conf.half_queue_nums,
             topic=HALF_TOPIC,
             queue_id=tx.half_queue_id,
             msg_id=tx.pk,

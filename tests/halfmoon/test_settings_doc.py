@@ -6,7 +6,7 @@ from django.conf import settings
 
 from halfmoon.broker_settings import BROKER_SETTINGS, settings_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_settings_table_is_rendered_from_the_code():
@@ -27,3 +27,12 @@ def test_contract_defaults_keep_rocketmq_values():
     assert defaults["HALFMOON_FILE_RESERVED_HOURS"] == 72
     assert defaults["HALFMOON_OP_BATCH_INTERVAL_MS"] == 3000
     assert defaults["HALFMOON_OP_MSG_MAX_SIZE"] == 4096
+
+
+def test_every_broker_setting_is_a_typed_attribute_of_conf():
+    from broker.conf import BrokerConf, conf
+
+    assert BrokerConf.env_names() == {s.name for s in BROKER_SETTINGS}
+    for s in BROKER_SETTINGS:
+        attr = s.name.removeprefix("HALFMOON_").lower()
+        assert getattr(conf, attr) == settings.HALFMOON_SETTINGS[s.name]

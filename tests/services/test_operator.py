@@ -32,13 +32,12 @@ from broker.models import (
     TransactionEvent,
     now_ms,
 )
+from broker.rules.states import DiscardReason
 from broker.services import checks
 from broker.services.admin import producer_group_create
 from broker.services.operator import transaction_operator_resolve, transaction_resume_check
 from broker.services.recovery import transactions_rebuild
 from broker.services.transactions import (
-    DISCARD_CHECK_MAX,
-    DISCARD_FILE_RESERVED_TIME,
     transaction_discard,
     transaction_end,
 )
@@ -69,7 +68,7 @@ def _tx(tx: Transaction) -> Transaction:
     return tx
 
 
-def discarded(tx: Transaction, reason: str = DISCARD_CHECK_MAX) -> Transaction:
+def discarded(tx: Transaction, reason: str = DiscardReason.CHECK_MAX) -> Transaction:
     """Discard ``tx`` as the check scan does: locked, inside a database transaction."""
     with transaction.atomic():
         locked = Transaction.objects.select_for_update().get(pk=tx.pk)
@@ -431,7 +430,7 @@ def test_a_resumed_transaction_older_than_file_reserved_hours_is_discarded_again
     topic, http_group, check_server, broker_settings
 ):
     broker_settings["HALFMOON_FILE_RESERVED_HOURS"] = 1
-    tx = discarded(prepare(), reason=DISCARD_FILE_RESERVED_TIME)
+    tx = discarded(prepare(), reason=DiscardReason.FILE_RESERVED_TIME)
     transaction_resume_check(transaction_id=tx.pk, actor=ACTOR)
 
     round_at(tx.half_queue_id, _tx(tx).born_timestamp + 3_600_001)
@@ -448,7 +447,7 @@ def test_a_resumed_transaction_older_than_file_reserved_hours_is_discarded_again
 def test_resume_drops_the_queued_poll_requests_of_the_earlier_checks(topic, producer_group):
     tx = prepare()
     CheckRequest.objects.create(transaction=tx, producer_group="G")  # nobody took it
-    tx = discarded(tx, reason=DISCARD_FILE_RESERVED_TIME)
+    tx = discarded(tx, reason=DiscardReason.FILE_RESERVED_TIME)
 
     transaction_resume_check(transaction_id=tx.pk, actor=ACTOR)
 

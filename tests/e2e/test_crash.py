@@ -36,7 +36,7 @@ from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 CELERY = str(VENV_BIN / "celery")
 PYTHON = sys.executable

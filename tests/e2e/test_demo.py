@@ -30,7 +30,7 @@ import redis
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_DATABASE = "halfmoon_e2e_pg"
 PORTS = range(18000, 18050)

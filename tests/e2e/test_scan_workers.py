@@ -50,7 +50,7 @@ from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
 PYTHON = sys.executable
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

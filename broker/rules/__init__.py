@@ -1,0 +1,12 @@
+"""The broker's pure rules: functions and enums of plain values that touch no database, no
+network and no settings (callers pass the setting values in). Each rule is written once here
+and used by the services, the scan, the recovery and the API; ``tests/rules/`` tests them with
+no database.
+
+- ``states``: the spellings of a transaction's end and their mappings (EndAction ``commit``,
+  Resolution action ``COMMIT``, check answer ``COMMIT_MESSAGE``, state ``COMMITTED``; likewise
+  rollback and unknown).
+- ``checks``: check immunity, needDiscard, needSkip, the check and undelivered backoff, the
+  lease length of a scan.
+- ``op_body``: the body of an Op message (RIP-50: half queue offsets, comma-separated).
+"""
