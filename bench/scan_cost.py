@@ -514,14 +514,14 @@ def seed(
 # --- The timed scan (a Django process per database) ---------------------------------------------
 
 PHASES = [
-    ("claim", "broker.services.checks", "check_claim"),
-    ("rate limit", "broker.services.checks", "_rate_limited"),
-    ("send", "broker.services.checks", "checks_send"),
-    ("apply", "broker.services.checks", "check_outcomes_apply"),
-    ("op flush", "tasks.checks", "op_flush"),
-    ("checkpoint", "tasks.checks", "checkpoint_advance"),
-    ("lease", "tasks.checks", "lease_acquire"),
-    ("lease", "tasks.checks", "lease_release"),
+    ("claim", "broker.services.checks.scan", "check_claim"),
+    ("rate limit", "broker.services.checks.claim", "check_rate_limit"),
+    ("send", "broker.services.checks.scan", "checks_send"),
+    ("apply", "broker.services.checks.scan", "check_outcomes_apply"),
+    ("op flush", "broker.services.checks.scan", "op_flush"),
+    ("checkpoint", "broker.services.checks.scan", "checkpoint_advance"),
+    ("lease", "broker.services.checks.scan", "lease_acquire"),
+    ("lease", "broker.services.checks.scan", "lease_release"),
 ]
 
 

@@ -609,6 +609,7 @@ def base_env(database_url: str, settings_module: str) -> dict[str, str]:
         DATABASE_URL=database_url,
         HALFMOON_LOG_LEVEL="WARNING",
         DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or "halfmoon-bench-key-not-secret",
         PYTHONUNBUFFERED="1",
     )
     return env

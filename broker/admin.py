@@ -1,11 +1,63 @@
-"""Django admin for every model. Commit-log rows and derived state are read-only here: they
-change only through the broker's services."""
+"""Django admin for every model.
+
+Topics, producer and consumer groups and access keys are written through the services of
+``broker.services.admin`` (``save_model``), so an object made here is the same as one made
+through the API: a topic gets its consume queues, a producer group its ``check_secret``, an
+access key a token whose SHA-256 alone is stored (the token is shown once, after creation).
+Their forms run the services' own checks, so a bad value is a form error, not a 500. They are
+not deleted here (history names them), except access keys (deleting one revokes it). Commit-log
+rows and derived state are read-only: they change only through the broker's services.
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Model
+from django.http import HttpRequest
 
 from broker import models
+from broker.conf import conf
+from broker.errors import HalfmoonError
+from broker.services.admin import (
+    access_key_create,
+    access_key_groups_validate,
+    access_key_update,
+    consumer_group_create,
+    consumer_group_update,
+    group_name_validate,
+    max_delivery_attempts_validate,
+    producer_group_create,
+    producer_group_update,
+    queue_nums_validate,
+    topic_create,
+    topic_name_validate,
+    topic_update,
+)
+
+T = TypeVar("T")
+
+
+def _checked(value: T, check: Callable[[T], None]) -> T:
+    """``value`` once a service's ``check`` of it passes; the check's ``InvalidInput`` becomes
+    the form field's error."""
+    try:
+        check(value)
+    except HalfmoonError as exc:
+        raise forms.ValidationError(exc.message, code=exc.code) from exc
+    return value
+
+
+def _adopt(obj: Model, saved: Model) -> None:
+    """Make the admin's unsaved ``obj`` the row a service saved (primary key and every field),
+    so the admin's log entry and redirect name the real object."""
+    for field in obj._meta.concrete_fields:
+        setattr(obj, field.attname, getattr(saved, field.attname))
+    obj._state.adding = False
+    obj._state.db = saved._state.db
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -21,11 +73,62 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class ServiceAdmin(admin.ModelAdmin):
+    """A model written only through its services: ``fields`` on the add page, plus
+    ``change_readonly_fields`` (the name, which history refers to, and what the broker keeps
+    up to date) on the change page; never deleted here. Subclasses call the services in
+    ``save_model``."""
+
+    change_readonly_fields: tuple[str, ...] = ("name",)
+
+    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        fields = list(self.fields or [])
+        if obj is None:
+            return fields
+        return fields + [f for f in self.change_readonly_fields if f not in fields]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        return list(self.change_readonly_fields) if obj is not None else []
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+class TopicForm(forms.ModelForm):
+    class Meta:
+        model = models.Topic
+        fields = ["name", "queue_nums"]
+
+    def clean_name(self) -> str:
+        return _checked(self.cleaned_data["name"], topic_name_validate)
+
+    def clean_queue_nums(self) -> int:
+        current = None if self.instance._state.adding else self.instance.queue_nums
+        return _checked(
+            self.cleaned_data["queue_nums"], lambda n: queue_nums_validate(n, current=current)
+        )
+
+
 @admin.register(models.Topic)
-class TopicAdmin(admin.ModelAdmin):
+class TopicAdmin(ServiceAdmin):
+    """Topics: created with their consume queues; queues may be added, never removed. System
+    topics (the broker's own) are view-only."""
+
+    form = TopicForm
+    fields = ["name", "queue_nums"]
+    change_readonly_fields = ("name", "system", "created_timestamp")
     list_display = ["name", "queue_nums", "system", "created_timestamp"]
     list_filter = ["system"]
     search_fields = ["name"]
+
+    def has_change_permission(self, request: HttpRequest, obj: models.Topic | None = None) -> bool:
+        return super().has_change_permission(request, obj) and not (obj and obj.system)
+
+    def save_model(
+        self, request: HttpRequest, obj: models.Topic, form: forms.ModelForm, change: bool
+    ) -> None:
+        write = topic_update if change else topic_create
+        _adopt(obj, write(name=obj.name, queue_nums=obj.queue_nums))
 
 
 @admin.register(models.ConsumeQueue)
@@ -50,29 +153,156 @@ class MessageAdmin(ReadOnlyAdmin):
     show_full_result_count = False
 
 
+class GroupForm(forms.ModelForm):
+    """A new producer or consumer group's name passes the services' group-name check."""
+
+    group_kind = "group"
+
+    def clean_name(self) -> str:
+        return _checked(
+            self.cleaned_data["name"], lambda n: group_name_validate(self.group_kind, n)
+        )
+
+
+class ProducerGroupForm(GroupForm):
+    group_kind = "producer group"
+    check_url = forms.URLField(
+        max_length=2048,
+        required=False,
+        assume_scheme="http",
+        help_text="Where back-checks are sent; empty: this group's producers poll for them.",
+    )
+
+    class Meta:
+        model = models.ProducerGroup
+        fields = ["name", "check_url"]
+
+
 @admin.register(models.ProducerGroup)
-class ProducerGroupAdmin(admin.ModelAdmin):
-    list_display = ["name", "check_url", "unreachable_since", "last_check_error"]
-    search_fields = ["name"]
-    readonly_fields = [
+class ProducerGroupAdmin(ServiceAdmin):
+    """Producer groups: created with a random ``check_secret`` (shown on the change page, for
+    the producer's signature check); a new ``check_url`` clears the unreachable state."""
+
+    form = ProducerGroupForm
+    fields = ["name", "check_url"]
+    change_readonly_fields = (
+        "name",
         "check_secret",
         "unreachable_since",
         "last_check_error",
         "last_poll_timestamp",
-    ]
+    )
+    list_display = ["name", "check_url", "unreachable_since", "last_check_error"]
+    search_fields = ["name"]
+
+    def save_model(
+        self, request: HttpRequest, obj: models.ProducerGroup, form: forms.ModelForm, change: bool
+    ) -> None:
+        write = producer_group_update if change else producer_group_create
+        _adopt(obj, write(name=obj.name, check_url=obj.check_url))
+
+
+class ConsumerGroupForm(GroupForm):
+    group_kind = "consumer group"
+
+    class Meta:
+        model = models.ConsumerGroup
+        fields = ["name", "max_delivery_attempts"]
+
+    def clean_max_delivery_attempts(self) -> int:
+        return _checked(self.cleaned_data["max_delivery_attempts"], max_delivery_attempts_validate)
 
 
 @admin.register(models.ConsumerGroup)
-class ConsumerGroupAdmin(admin.ModelAdmin):
+class ConsumerGroupAdmin(ServiceAdmin):
+    form = ConsumerGroupForm
+    fields = ["name", "max_delivery_attempts"]
+    change_readonly_fields = ("name", "created_timestamp")
     list_display = ["name", "max_delivery_attempts", "created_timestamp"]
     search_fields = ["name"]
 
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """A new group's attempts default to ``HALFMOON_MAX_DELIVERY_ATTEMPTS``."""
+        initial = super().get_changeform_initial_data(request)
+        initial.setdefault("max_delivery_attempts", conf.max_delivery_attempts)
+        return initial
+
+    def save_model(
+        self, request: HttpRequest, obj: models.ConsumerGroup, form: forms.ModelForm, change: bool
+    ) -> None:
+        write = consumer_group_update if change else consumer_group_create
+        _adopt(obj, write(name=obj.name, max_delivery_attempts=obj.max_delivery_attempts))
+
+
+class GroupListField(forms.CharField):
+    """Group names separated by commas or spaces; cleans to a sorted list without repeats."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return sorted(set(text.replace(",", " ").split()))
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        return sorted(set(initial or [])) != self.to_python(data)
+
+
+class AccessKeyForm(forms.ModelForm):
+    producer_groups = GroupListField(
+        required=False, help_text="Producer groups this key may send and end transactions for."
+    )
+    consumer_groups = GroupListField(
+        required=False, help_text="Consumer groups this key may receive and ack for."
+    )
+
+    class Meta:
+        model = models.AccessKey
+        fields = ["name", "is_admin", "producer_groups", "consumer_groups"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        _checked(
+            [*data.get("producer_groups", []), *data.get("consumer_groups", [])],
+            access_key_groups_validate,
+        )
+        return data
+
 
 @admin.register(models.AccessKey)
-class AccessKeyAdmin(admin.ModelAdmin):
+class AccessKeyAdmin(ServiceAdmin):
+    """Access keys: the token is made by ``access_key_create`` and shown once, in a message
+    after the key is saved; only its SHA-256 is stored. Deleting a key revokes it."""
+
+    form = AccessKeyForm
+    fields = ["name", "is_admin", "producer_groups", "consumer_groups"]
+    change_readonly_fields = ("name", "token_prefix", "created_timestamp")
     list_display = ["name", "token_prefix", "is_admin", "producer_groups", "consumer_groups"]
     search_fields = ["name"]
-    readonly_fields = ["token_prefix", "token_hash"]
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: models.AccessKey | None = None
+    ) -> bool:
+        return admin.ModelAdmin.has_delete_permission(self, request, obj)
+
+    def save_model(
+        self, request: HttpRequest, obj: models.AccessKey, form: forms.ModelForm, change: bool
+    ) -> None:
+        rights = {
+            "is_admin": form.cleaned_data["is_admin"],
+            "producer_groups": form.cleaned_data["producer_groups"],
+            "consumer_groups": form.cleaned_data["consumer_groups"],
+        }
+        if change:
+            _adopt(obj, access_key_update(name=obj.name, **rights))
+            return
+        key, token = access_key_create(name=obj.name, **rights)
+        _adopt(obj, key)
+        messages.success(
+            request,
+            f"The token of access key {key.name} is {token} . Copy it now: it is shown this "
+            "once only (only its SHA-256 is stored).",
+        )
 
 
 @admin.register(models.Transaction)
@@ -134,3 +364,14 @@ class DeliveryAdmin(ReadOnlyAdmin):
 @admin.register(models.ScanLease)
 class ScanLeaseAdmin(ReadOnlyAdmin):
     list_display = ["name", "owner", "expires_timestamp"]
+
+
+@admin.register(models.MetricWatermark)
+class MetricWatermarkAdmin(ReadOnlyAdmin):
+    list_display = ["source", "last_id"]
+
+
+@admin.register(models.MetricRollup)
+class MetricRollupAdmin(ReadOnlyAdmin):
+    list_display = ["source", "kind", "label", "count", "sum_ms"]
+    list_filter = ["source", "kind"]

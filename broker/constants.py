@@ -70,19 +70,11 @@ RECEIVE_MAX_MESSAGES = (1, 32)
 RECEIVE_INVISIBLE_DURATION_MS = (10_000, 43_200_000)
 RECEIVE_WAIT_MS = (0, 30_000)
 
+# The status of a stored send (SendStatus.SEND_OK): api-v1's answer to a send and a half message.
+SEND_OK = "SEND_OK"
+
 # Finish-latency buckets of rocketmq_finish_message_latency, in seconds (RIP-46).
 FINISH_LATENCY_BUCKETS_S = (5.0, 60.0, 600.0, 3600.0, 43200.0, 86400.0)
-
-
-def is_system_topic(name: str) -> bool:
-    """True for topics producers may not send to: RMQ_SYS_*, TRANS_CHECK_MAX_TIME_TOPIC,
-    %RETRY%* and %DLQ%* (api-v1, "Producers may not send to system topics")."""
-    return (
-        name.startswith(SYSTEM_TOPIC_PREFIX)
-        or name == CHECK_MAX_TIME_TOPIC
-        or name.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        or name.startswith(DLQ_GROUP_TOPIC_PREFIX)
-    )
 
 
 def dlq_topic(consumer_group: str) -> str:

@@ -7,7 +7,7 @@ all of them as ``{"error": {"code", "message", "details"}}``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 
 class HalfmoonError(Exception):
@@ -27,28 +27,62 @@ class HalfmoonError(Exception):
 
 
 class InvalidInput(HalfmoonError):
+    """400: a value breaks a rule of the contract (a bad action, a reserved property)."""
+
     status_code = 400
     code = "invalid_input"
 
 
 class NotFound(HalfmoonError):
+    """404: the named topic, group, message or transaction does not exist (or, for a message,
+    is not the caller's to see). Services raise it through ``not_found``."""
+
     status_code = 404
     code = "not_found"
 
 
 class Forbidden(HalfmoonError):
+    """403: this access key may not do this (another producer group, a system topic)."""
+
     status_code = 403
     code = "permission_denied"
 
 
 class Conflict(HalfmoonError):
+    """409: the request contradicts the current state."""
+
     status_code = 409
     code = "conflict"
 
 
 class TooLarge(HalfmoonError):
+    """413: a body or the properties are over their size limit."""
+
     status_code = 413
     code = "too_large"
+
+
+NotFoundKind = Literal["topic", "producer_group", "consumer_group", "message", "transaction"]
+
+# What each kind is called in the message, and the details key naming it (api-v1 error codes
+# ``<kind>_not_found``).
+_NOT_FOUND: dict[NotFoundKind, tuple[str, str]] = {
+    "topic": ("Topic", "topic"),
+    "producer_group": ("Producer group", "producer_group"),
+    "consumer_group": ("Consumer group", "consumer_group"),
+    "message": ("Message", "msg_id"),
+    "transaction": ("Transaction", "transaction_id"),
+}
+
+
+def not_found(kind: NotFoundKind, name: str) -> NotFound:
+    """The 404 for a ``kind`` named ``name`` that does not exist: code ``<kind>_not_found``,
+    message "<Kind> <name> does not exist.", ``details`` ``{<key>: name}`` (``topic``,
+    ``producer_group``, ``consumer_group``, ``msg_id`` or ``transaction_id``)."""
+    label, key = _NOT_FOUND[kind]
+    return NotFound(
+        f"{label} {name} does not exist.", code=f"{kind}_not_found", details={key: name}
+    )
 
 
 class TransactionAlreadyResolved(Conflict):

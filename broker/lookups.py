@@ -14,6 +14,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
 from broker.conf import conf
+from broker.errors import not_found
 from broker.models import AccessKey, ProducerGroup, Topic
 
 _MISSING = "__missing__"
@@ -58,6 +59,16 @@ def producer_group_exists(name: str) -> bool:
     if exists:
         _cache().set(key, True, _timeout_s())
     return exists
+
+
+def producer_group_require(name: str) -> None:
+    """Check that the producer group ``name`` exists (cached as ``producer_group_exists``).
+
+    Raises:
+        NotFound: ``producer_group_not_found``.
+    """
+    if not producer_group_exists(name):
+        raise not_found("producer_group", name)
 
 
 def topic_forget(name: str) -> None:

@@ -23,6 +23,7 @@ from django.db import models
 from django.db.models import Q
 
 from broker.rules.states import ResolutionAction, ResolvedBy, TransactionState
+from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 
 
 def now_ms() -> int:
@@ -42,7 +43,7 @@ class Topic(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(queue_nums__gte=1) & Q(queue_nums__lte=1024),
+                condition=Q(queue_nums__gte=QUEUE_NUMS_MIN) & Q(queue_nums__lte=QUEUE_NUMS_MAX),
                 name="topic_queue_nums_range",
             )
         ]
@@ -419,3 +420,43 @@ class ScanLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} -> {self.owner}"
+
+
+class MetricWatermark(models.Model):
+    """How far ``/metrics`` has folded one append-only journal into ``MetricRollup``: every row
+    of ``source`` (``resolution``: ``Resolution``; ``event``: ``TransactionEvent``) with an id
+    up to ``last_id`` is counted in the rollup, none above it (``broker.services.metrics``)."""
+
+    source = models.CharField(max_length=16, primary_key=True)
+    last_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.source} folded to {self.last_id}"
+
+
+class MetricRollup(models.Model):
+    """Running totals behind the ``/metrics`` counters, folded from the journals so a scrape
+    reads what changed since the last one, not the whole history.
+
+    ``source`` ``resolution``: ``kind`` is the resolved state (COMMITTED, ROLLED_BACK),
+    ``label`` the topic, ``count`` the transactions, ``sum_ms`` their total time from half
+    message to end (ms) and ``buckets`` the cumulative counts at or under each bound of
+    ``FINISH_LATENCY_BUCKETS_S``. ``source`` ``event``: ``kind`` and ``label`` are a
+    ``TransactionEvent``'s kind and outcome, ``count`` the events."""
+
+    source = models.ForeignKey(
+        MetricWatermark, on_delete=models.CASCADE, related_name="rollups", db_column="source"
+    )
+    kind = models.CharField(max_length=24)
+    label = models.CharField(max_length=127, blank=True, default="")
+    count = models.BigIntegerField(default=0)
+    sum_ms = models.BigIntegerField(default=0)
+    buckets = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "kind", "label"], name="one_metric_rollup")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.kind} {self.label}: {self.count}"

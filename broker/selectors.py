@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from django.db.models import Min, Q, QuerySet
+from typing import TypeVar
 
-from broker.errors import NotFound
-from broker.models import ConsumeQueue, Message, Topic, Transaction
+from django.db.models import Min, Model, Q, QuerySet
+
+from broker.errors import NotFoundKind, not_found
+from broker.models import ConsumeQueue, ConsumerGroup, Message, ProducerGroup, Topic, Transaction
+from broker.rules.topics import is_system_topic
+
+_M = TypeVar("_M", bound=Model)
+
+
+def first_or_not_found(queryset: QuerySet[_M], kind: NotFoundKind, name: str) -> _M:
+    """The first row of ``queryset`` (at most one row: a lookup by a unique key).
+
+    Raises:
+        NotFound: ``<kind>_not_found`` naming ``name`` (``broker.errors.not_found``).
+    """
+    row = queryset.first()
+    if row is None:
+        raise not_found(kind, name)
+    return row
 
 
 def topic_list() -> QuerySet[Topic]:
@@ -19,12 +36,26 @@ def topic_get(name: str) -> Topic:
     Raises:
         NotFound: ``topic_not_found``.
     """
-    topic = Topic.objects.filter(name=name).first()
-    if topic is None:
-        raise NotFound(
-            f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name}
-        )
-    return topic
+    return first_or_not_found(Topic.objects.filter(name=name), "topic", name)
+
+
+def producer_group_list() -> QuerySet[ProducerGroup]:
+    """Every producer group, by name."""
+    return ProducerGroup.objects.order_by("name")
+
+
+def consumer_group_list() -> QuerySet[ConsumerGroup]:
+    """Every consumer group, by name."""
+    return ConsumerGroup.objects.order_by("name")
+
+
+def producer_group_get(name: str) -> ProducerGroup:
+    """A producer group by name.
+
+    Raises:
+        NotFound: ``producer_group_not_found``.
+    """
+    return first_or_not_found(ProducerGroup.objects.filter(name=name), "producer_group", name)
 
 
 def topic_queue_offsets(topic: Topic) -> list[dict[str, int]]:
@@ -63,13 +94,11 @@ def message_get(msg_id: str, *, producer_groups: list[str] | None = None) -> Mes
         qs = qs.filter(producer_group__in=producer_groups)
     messages = list(qs.order_by("commit_log_offset"))
     for message in messages:
-        if not message.topic.startswith(("RMQ_SYS_", "%", "TRANS_CHECK")):
+        if not is_system_topic(message.topic):
             return message
     if messages:
         return messages[-1]
-    raise NotFound(
-        f"Message {msg_id} does not exist.", code="message_not_found", details={"msg_id": msg_id}
-    )
+    raise not_found("message", msg_id)
 
 
 def messages_by_key(
@@ -89,15 +118,14 @@ def messages_by_key(
 
 
 def transaction_get(transaction_id: str) -> Transaction:
-    """Raises NotFound (``transaction_not_found``)."""
-    tx = Transaction.objects.filter(pk=transaction_id).first()
-    if tx is None:
-        raise NotFound(
-            f"Transaction {transaction_id} does not exist.",
-            code="transaction_not_found",
-            details={"transaction_id": transaction_id},
-        )
-    return tx
+    """A transaction by id, unlocked (a read; services lock with ``transaction_get_locked``).
+
+    Raises:
+        NotFound: ``transaction_not_found``.
+    """
+    return first_or_not_found(
+        Transaction.objects.filter(pk=transaction_id), "transaction", transaction_id
+    )
 
 
 def transaction_list(

@@ -1,13 +1,45 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (served by uvicorn)."""
+"""ASGI entry point: HTTP through Django, websockets through Channels (served by uvicorn).
 
+Refuses to start with the development ``SECRET_KEY`` unless ``DJANGO_DEBUG`` is on
+(``halfmoon.security``). ``/static/`` (the admin's and the offline Swagger UI's assets) is
+answered by servestatic from ``STATIC_ROOT`` before Django sees the request, so API requests
+pass no static-file middleware.
+"""
+
+import logging
 import os
+from pathlib import Path
+from typing import Any
 
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.conf import settings
 from django.core.asgi import get_asgi_application
+from servestatic import ServeStaticASGI
+
+from halfmoon.security import serving_secret_key_require
+
+logger = logging.getLogger("halfmoon.asgi")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
-# /static/ (admin and Swagger UI assets, from the installed apps); everything else to Django.
-django_asgi_app = ASGIStaticFilesHandler(get_asgi_application())
+django_asgi_app = get_asgi_application()
+serving_secret_key_require("web server")
+
+
+def static_files_app(app: Any) -> ServeStaticASGI:
+    """``app`` behind servestatic, serving ``STATIC_URL`` from ``STATIC_ROOT`` (filled by
+    ``manage.py collectstatic``) with cache headers of 60 s; with ``DEBUG`` on, files are
+    looked up on each request (collected again without a restart) and not cached.
+
+    Without ``DEBUG``, a missing ``STATIC_ROOT`` serves no files (the admin's and /api/docs/
+    pages lose their styles) and logs a warning saying to run collectstatic.
+    """
+    static = ServeStaticASGI(app, autorefresh=settings.DEBUG, max_age=0 if settings.DEBUG else 60)
+    root = Path(settings.STATIC_ROOT)
+    if settings.DEBUG or root.is_dir():
+        static.add_files(root, prefix=settings.STATIC_URL)
+    else:
+        logger.warning("No static files at %s: run manage.py collectstatic --noinput", root)
+    return static
+
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - after Django is set up
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
@@ -17,7 +49,7 @@ from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": static_files_app(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -12,12 +12,15 @@ import dj_database_url
 
 from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
+from halfmoon.security import DEVELOPMENT_SECRET_KEY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HALFMOON_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "halfmoon-insecure-development-key-change-me")
+# The development key is refused at the start of the web server, worker and beat unless
+# DJANGO_DEBUG is on (halfmoon.security); DJANGO_SECRET_KEY_FILE may hold the key instead.
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", DEVELOPMENT_SECRET_KEY)
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
     h
@@ -169,8 +172,9 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 # uvicorn serves no files: halfmoon.asgi answers /static/ (the admin's and the offline Swagger
-# UI's sidecar assets) with Django's ASGIStaticFilesHandler, straight from the app directories,
-# so no collectstatic step is needed and the API's requests never pass a sync-only middleware.
+# UI's sidecar assets) with servestatic, in front of Django, from the files `manage.py
+# collectstatic` gathered into STATIC_ROOT (bin/run runs it before starting); with DJANGO_DEBUG
+# on it looks the files up again on each request. The API's requests pass no extra middleware.
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True

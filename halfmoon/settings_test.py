@@ -7,5 +7,8 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgr
 # A Redis database of the tests' own: tasks the code under test queues (an Op flush) and the
 # console feed never reach a broker running on the default database.
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+# Production settings (DJANGO_DEBUG off) need a key of their own to serve (halfmoon.security);
+# the processes the tests start inherit it.
+os.environ.setdefault("DJANGO_SECRET_KEY", "halfmoon-tests-key-not-secret")
 
 from halfmoon.settings import *  # noqa: E402,F403

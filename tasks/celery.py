@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from celery import Celery
+from celery.signals import import_modules
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
 app = Celery("halfmoon", include=["tasks.checks", "tasks.ops"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+@import_modules.connect
+def _refuse_development_secret_key(sender: Celery, **kwargs: object) -> None:
+    """The worker and beat refuse to start with the development SECRET_KEY unless DJANGO_DEBUG
+    is on (halfmoon.security). ``import_modules`` is sent when a worker or beat starts, before
+    either touches the database or forks; SystemExit ends the process with the message."""
+    from halfmoon.security import serving_secret_key_exit
+
+    serving_secret_key_exit("Celery beat" if "beat" in sys.argv else "Celery worker")
 
 
 @app.on_after_finalize.connect

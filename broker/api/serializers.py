@@ -14,8 +14,12 @@ from broker.constants import (
     RECEIVE_INVISIBLE_DURATION_MS,
     RECEIVE_MAX_MESSAGES,
     RECEIVE_WAIT_MS,
+    SEND_OK,
 )
 from broker.models import ConsumerGroup, Message, ProducerGroup, Topic, Transaction
+from broker.rules.states import END_ACTIONS, RESOLVING_ACTIONS, TransactionState
+from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
+from broker.services.operator import REASON_MAX_LENGTH
 
 name_validator = RegexValidator(
     NAME_PATTERN,
@@ -40,7 +44,12 @@ def body_fields(message: Message) -> dict[str, str]:
 
 
 class MessageInSerializer(serializers.Serializer):
-    """A message as a producer sends it: exactly one of ``body`` or ``body_base64``."""
+    """A message as a producer sends it: exactly one of ``body`` or ``body_base64``.
+
+    The validated data are the send service's keyword arguments: ``topic``, ``tags``,
+    ``keys``, ``properties``, ``body`` (the decoded bytes) and ``body_is_text`` (whether it came
+    as ``body``), plus the fields a subclass adds.
+    """
 
     topic = NameField()
     tags = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
@@ -58,11 +67,11 @@ class MessageInSerializer(serializers.Serializer):
         if has_text == has_b64:
             raise serializers.ValidationError({"body": "Send exactly one of body or body_base64."})
         if has_text:
-            attrs["body_bytes"] = attrs.pop("body").encode("utf-8")
+            attrs["body"] = attrs["body"].encode("utf-8")
             attrs["body_is_text"] = True
         else:
             try:
-                attrs["body_bytes"] = base64.b64decode(attrs.pop("body_base64"), validate=True)
+                attrs["body"] = base64.b64decode(attrs.pop("body_base64"), validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise serializers.ValidationError({"body_base64": "Not valid base64."}) from exc
             attrs["body_is_text"] = False
@@ -81,7 +90,7 @@ class TransactionPrepareInSerializer(MessageInSerializer):
 
 class TransactionEndInSerializer(serializers.Serializer):
     producer_group = NameField()
-    action = serializers.ChoiceField(choices=["commit", "rollback", "unknown"])
+    action = serializers.ChoiceField(choices=END_ACTIONS)
     from_transaction_check = serializers.BooleanField(required=False, default=False)
     remark = serializers.CharField(
         required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
@@ -91,9 +100,9 @@ class TransactionEndInSerializer(serializers.Serializer):
 class TransactionResolveInSerializer(serializers.Serializer):
     """An operator's resolution (admin key): commit or roll back, and why."""
 
-    action = serializers.ChoiceField(choices=["commit", "rollback"])
+    action = serializers.ChoiceField(choices=RESOLVING_ACTIONS)
     reason = serializers.CharField(
-        max_length=1024,
+        max_length=REASON_MAX_LENGTH,
         help_text="Why (required, not blank): kept in the audit trail with the access key's name.",
     )
 
@@ -103,14 +112,16 @@ class TransactionResolveInputSerializer(TransactionResolveInSerializer):
     ``transaction_operator_resolve``, which answers 400 ``reason_required`` for all three."""
 
     reason = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=REASON_MAX_LENGTH,
     )
 
 
 class TransactionListQuerySerializer(serializers.Serializer):
-    state = serializers.ChoiceField(
-        choices=["PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED"], required=False
-    )
+    state = serializers.ChoiceField(choices=TransactionState.values, required=False)
     producer_group = NameField(required=False)
     topic = NameField(required=False)
 
@@ -122,7 +133,9 @@ class MessageQuerySerializer(serializers.Serializer):
 
 class TopicInSerializer(serializers.Serializer):
     name = NameField()
-    queue_nums = serializers.IntegerField(min_value=1, max_value=1024, default=4)
+    queue_nums = serializers.IntegerField(
+        min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, default=4
+    )
 
 
 class ProducerGroupInSerializer(serializers.Serializer):
@@ -215,7 +228,9 @@ class ConsumerGroupOutSerializer(serializers.ModelSerializer):
 
 
 class SendResultSerializer(serializers.Serializer):
-    status = serializers.CharField(default="SEND_OK")
+    """RocketMQ's SendResult of a normal message: SEND_OK and where the message is stored."""
+
+    status = serializers.CharField(default=SEND_OK)
     msg_id = serializers.CharField()
     topic = serializers.CharField()
     queue_id = serializers.IntegerField()
@@ -223,68 +238,55 @@ class SendResultSerializer(serializers.Serializer):
     commit_log_offset = serializers.IntegerField()
 
 
-class MessageOutSerializer(serializers.Serializer):
-    """A stored message; exactly one of body / body_base64 is present."""
+class MessageContentSerializer(serializers.Serializer):
+    """What the producer sent, in every output that shows a message: its msg_id, tags and
+    keys, exactly one of body / body_base64 (``body_fields``), properties and birth time."""
 
     msg_id = serializers.CharField()
-    topic = serializers.CharField()
-    queue_id = serializers.IntegerField()
-    queue_offset = serializers.IntegerField()
-    commit_log_offset = serializers.IntegerField()
     tags = serializers.CharField()
     keys = serializers.CharField()
     body = serializers.CharField(required=False)
     body_base64 = serializers.CharField(required=False)
     properties = serializers.DictField(child=serializers.CharField())
-    producer_group = serializers.CharField()
     born_timestamp = serializers.IntegerField()
+
+
+class StoredMessageSerializer(MessageContentSerializer):
+    """A stored message: its content, where it is stored and when. Every declared field is
+    read from the ``Message`` of that name, the body as ``body_fields`` says."""
+
+    topic = serializers.CharField()
+    queue_id = serializers.IntegerField()
+    queue_offset = serializers.IntegerField()
     store_timestamp = serializers.IntegerField()
 
     def to_representation(self, instance: Message) -> dict[str, Any]:
-        return {
-            "msg_id": instance.msg_id,
-            "topic": instance.topic,
-            "queue_id": instance.queue_id,
-            "queue_offset": instance.queue_offset,
-            "commit_log_offset": instance.commit_log_offset,
-            "tags": instance.tags,
-            "keys": instance.keys,
-            **body_fields(instance),
-            "properties": instance.properties,
-            "producer_group": instance.producer_group,
-            "born_timestamp": instance.born_timestamp,
-            "store_timestamp": instance.store_timestamp,
-        }
+        out: dict[str, Any] = {}
+        for name in self.fields:
+            if name == "body":
+                out.update(body_fields(instance))
+            elif name != "body_base64":
+                out[name] = getattr(instance, name)
+        return out
 
 
-class ReceivedMessageSerializer(serializers.Serializer):
-    msg_id = serializers.CharField()
-    topic = serializers.CharField()
-    queue_id = serializers.IntegerField()
-    queue_offset = serializers.IntegerField()
-    tags = serializers.CharField()
-    keys = serializers.CharField()
-    body = serializers.CharField(required=False)
-    body_base64 = serializers.CharField(required=False)
-    properties = serializers.DictField(child=serializers.CharField())
-    born_timestamp = serializers.IntegerField()
-    store_timestamp = serializers.IntegerField()
+class MessageOutSerializer(StoredMessageSerializer):
+    """A stored message as its producer or an admin looks it up (RocketMQ viewMessage)."""
+
+    commit_log_offset = serializers.IntegerField()
+    producer_group = serializers.CharField()
+
+
+class ReceivedMessageSerializer(StoredMessageSerializer):
+    """A message handed to a consumer (``broker.services.consumers.Received``)."""
+
     delivery_attempt = serializers.IntegerField()
     receipt_handle = serializers.CharField()
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
-        m = instance.message
+        message = StoredMessageSerializer().to_representation(instance.message)
         return {
-            "msg_id": m.msg_id,
-            "topic": m.topic,
-            "queue_id": m.queue_id,
-            "queue_offset": m.queue_offset,
-            "tags": m.tags,
-            "keys": m.keys,
-            **body_fields(m),
-            "properties": m.properties,
-            "born_timestamp": m.born_timestamp,
-            "store_timestamp": m.store_timestamp,
+            **message,
             "delivery_attempt": instance.delivery_attempt,
             "receipt_handle": instance.receipt_handle,
         }
@@ -305,22 +307,15 @@ class AckOutSerializer(serializers.Serializer):
 
 
 class TransactionPrepareOutSerializer(serializers.Serializer):
-    status = serializers.CharField(default="SEND_OK")
+    """The SendResult of a half message: its transaction id (= msg_id), where the half message
+    is stored, and the transaction's state."""
+
+    status = serializers.CharField(default=SEND_OK)
     transaction_id = serializers.CharField()
-    msg_id = serializers.CharField()
-    commit_log_offset = serializers.IntegerField()
+    msg_id = serializers.CharField(source="transaction_id")
+    commit_log_offset = serializers.IntegerField(source="half_commit_log_offset")
     half_queue_offset = serializers.IntegerField()
     state = serializers.CharField()
-
-    def to_representation(self, instance: Transaction) -> dict[str, Any]:
-        return {
-            "status": "SEND_OK",
-            "transaction_id": instance.transaction_id,
-            "msg_id": instance.transaction_id,
-            "commit_log_offset": instance.half_commit_log_offset,
-            "half_queue_offset": instance.half_queue_offset,
-            "state": instance.state,
-        }
 
 
 class TransactionEndOutSerializer(serializers.Serializer):
@@ -335,7 +330,7 @@ class TransactionEndOutSerializer(serializers.Serializer):
 
     def to_representation(self, instance: Transaction) -> dict[str, Any]:
         out: dict[str, Any] = {"transaction_id": instance.transaction_id, "state": instance.state}
-        if instance.state == "COMMITTED":
+        if instance.state == TransactionState.COMMITTED:
             out.update(
                 msg_id=instance.transaction_id,
                 topic=instance.topic,
@@ -364,22 +359,16 @@ class TransactionOutSerializer(serializers.ModelSerializer):
         ]
 
 
-class CheckRequestOutSerializer(serializers.Serializer):
-    """A back-check, as POSTed to check_url or handed to a poller (api-v1, Back-check)."""
+class CheckRequestOutSerializer(MessageContentSerializer):
+    """A back-check, as POSTed to check_url or handed to a poller (api-v1, Back-check): the
+    half message's content and where it is stored, and the check's number."""
 
     transaction_id = serializers.CharField()
-    msg_id = serializers.CharField()
     producer_group = serializers.CharField()
     topic = serializers.CharField()
-    tags = serializers.CharField()
-    keys = serializers.CharField()
-    body = serializers.CharField(required=False)
-    body_base64 = serializers.CharField(required=False)
-    properties = serializers.DictField(child=serializers.CharField())
     check_times = serializers.IntegerField()
     commit_log_offset = serializers.IntegerField()
     half_queue_offset = serializers.IntegerField()
-    born_timestamp = serializers.IntegerField()
 
 
 class CheckRequestsOutSerializer(serializers.Serializer):

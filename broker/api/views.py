@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from broker import selectors
@@ -20,9 +21,8 @@ from broker.api.permissions import (
     require_consumer,
     require_producer,
 )
-from broker.errors import Forbidden, NotFound
-from broker.lookups import producer_group_exists
-from broker.models import ConsumerGroup, ProducerGroup
+from broker.errors import Forbidden
+from broker.lookups import producer_group_require
 from broker.services import admin, checks, consumers, messages, operator, transactions
 from broker.services.polling import poll_until
 
@@ -57,24 +57,59 @@ class TransactionPagination(PageNumberPagination):
 # --- Topics and groups (admin) ------------------------------------------------------------------
 
 
-class TopicListCreateView(APIView):
+class AdminListCreateView(APIView):
+    """An admin-only configuration resource (topics, producer groups, consumer groups).
+
+    GET lists ``rows()`` through ``out_serializer``; POST validates ``in_serializer``, calls
+    the one service ``create(**validated_data)`` and answers 201 with ``created_serializer``
+    (``out_serializer`` if None). A subclass names these and the two summaries; its OpenAPI
+    operations are built from them.
+    """
+
     permission_classes = [IsAdminKey]
+    in_serializer: type[Serializer]
+    out_serializer: type[Serializer]
+    created_serializer: type[Serializer] | None = None
+    list_summary: str
+    create_summary: str
 
-    @extend_schema(
-        responses={200: s.TopicOutSerializer(many=True), **ERRORS}, summary="List topics"
-    )
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        extend_schema_view(
+            get=extend_schema(
+                responses={200: cls.out_serializer(many=True), **ERRORS}, summary=cls.list_summary
+            ),
+            post=extend_schema(
+                request=cls.in_serializer,
+                responses={201: cls.created_serializer or cls.out_serializer, **_errors(409)},
+                summary=cls.create_summary,
+            ),
+        )(cls)
+
+    def rows(self) -> Any:
+        raise NotImplementedError
+
+    def create(self, **data: Any) -> Any:
+        raise NotImplementedError
+
     def get(self, request: Request) -> Response:
-        return Response(s.TopicOutSerializer(selectors.topic_list(), many=True).data)
+        return Response(self.out_serializer(self.rows(), many=True).data)
 
-    @extend_schema(
-        request=s.TopicInSerializer,
-        responses={201: s.TopicOutSerializer, **_errors(409)},
-        summary="Create a topic",
-    )
     def post(self, request: Request) -> Response:
-        data = _valid(s.TopicInSerializer, request.data)
-        topic = admin.topic_create(name=data["name"], queue_nums=data["queue_nums"])
-        return Response(s.TopicOutSerializer(topic).data, status=status.HTTP_201_CREATED)
+        created = self.create(**_valid(self.in_serializer, request.data))
+        out = self.created_serializer or self.out_serializer
+        return Response(out(created).data, status=status.HTTP_201_CREATED)
+
+
+class TopicListCreateView(AdminListCreateView):
+    """User topics (system topics are not listed); a new one gets its consume queues."""
+
+    in_serializer = s.TopicInSerializer
+    out_serializer = s.TopicOutSerializer
+    list_summary = "List topics"
+    create_summary = "Create a topic"
+    rows = staticmethod(selectors.topic_list)
+    create = staticmethod(admin.topic_create)
 
 
 class TopicDetailView(APIView):
@@ -90,27 +125,16 @@ class TopicDetailView(APIView):
         return Response(s.TopicDetailOutSerializer(topic).data)
 
 
-class ProducerGroupListCreateView(APIView):
-    permission_classes = [IsAdminKey]
+class ProducerGroupListCreateView(AdminListCreateView):
+    """Producer groups: the back-check target (check_url, or polling) of their half messages."""
 
-    @extend_schema(
-        responses={200: s.ProducerGroupOutSerializer(many=True), **ERRORS},
-        summary="List producer groups",
-    )
-    def get(self, request: Request) -> Response:
-        return Response(s.ProducerGroupOutSerializer(ProducerGroup.objects.all(), many=True).data)
-
-    @extend_schema(
-        request=s.ProducerGroupInSerializer,
-        responses={201: s.ProducerGroupCreatedSerializer, **_errors(409)},
-        summary="Create a producer group (its check_secret is shown in this answer only)",
-    )
-    def post(self, request: Request) -> Response:
-        data = _valid(s.ProducerGroupInSerializer, request.data)
-        group = admin.producer_group_create(name=data["name"], check_url=data["check_url"])
-        return Response(
-            s.ProducerGroupCreatedSerializer(group).data, status=status.HTTP_201_CREATED
-        )
+    in_serializer = s.ProducerGroupInSerializer
+    out_serializer = s.ProducerGroupOutSerializer
+    created_serializer = s.ProducerGroupCreatedSerializer
+    list_summary = "List producer groups"
+    create_summary = "Create a producer group (its check_secret is shown in this answer only)"
+    rows = staticmethod(selectors.producer_group_list)
+    create = staticmethod(admin.producer_group_create)
 
 
 class ProducerGroupDetailView(APIView):
@@ -120,12 +144,7 @@ class ProducerGroupDetailView(APIView):
         responses={200: s.ProducerGroupOutSerializer, **_errors(404)}, summary="A producer group"
     )
     def get(self, request: Request, name: str) -> Response:
-        group = ProducerGroup.objects.filter(name=name).first()
-        if group is None:
-            raise NotFound(
-                f"Producer group {name} does not exist.", code="producer_group_not_found"
-            )
-        return Response(s.ProducerGroupOutSerializer(group).data)
+        return Response(s.ProducerGroupOutSerializer(selectors.producer_group_get(name)).data)
 
     @extend_schema(
         request=s.ProducerGroupPatchSerializer,
@@ -147,10 +166,7 @@ class CheckRequestsView(APIView):
     def get(self, request: Request, name: str) -> Response:
         require_producer(request, name)
         query = _valid(s.CheckRequestsQuerySerializer, request.query_params)
-        if not ProducerGroup.objects.filter(name=name).exists():
-            raise NotFound(
-                f"Producer group {name} does not exist.", code="producer_group_not_found"
-            )
+        selectors.producer_group_get(name)
         found = poll_until(
             lambda: checks.check_requests_poll(
                 producer_group=name, max_requests=query["max_requests"]
@@ -160,27 +176,15 @@ class CheckRequestsView(APIView):
         return Response({"check_requests": found})
 
 
-class ConsumerGroupListCreateView(APIView):
-    permission_classes = [IsAdminKey]
+class ConsumerGroupListCreateView(AdminListCreateView):
+    """Consumer groups: each has its own queue offsets and dead-letter topic %DLQ%{group}."""
 
-    @extend_schema(
-        responses={200: s.ConsumerGroupOutSerializer(many=True), **ERRORS},
-        summary="List consumer groups",
-    )
-    def get(self, request: Request) -> Response:
-        return Response(s.ConsumerGroupOutSerializer(ConsumerGroup.objects.all(), many=True).data)
-
-    @extend_schema(
-        request=s.ConsumerGroupInSerializer,
-        responses={201: s.ConsumerGroupOutSerializer, **_errors(409)},
-        summary="Create a consumer group",
-    )
-    def post(self, request: Request) -> Response:
-        data = _valid(s.ConsumerGroupInSerializer, request.data)
-        group = admin.consumer_group_create(
-            name=data["name"], max_delivery_attempts=data.get("max_delivery_attempts")
-        )
-        return Response(s.ConsumerGroupOutSerializer(group).data, status=status.HTTP_201_CREATED)
+    in_serializer = s.ConsumerGroupInSerializer
+    out_serializer = s.ConsumerGroupOutSerializer
+    list_summary = "List consumer groups"
+    create_summary = "Create a consumer group"
+    rows = staticmethod(selectors.consumer_group_list)
+    create = staticmethod(admin.consumer_group_create)
 
 
 # --- Normal messages ----------------------------------------------------------------------------
@@ -195,35 +199,14 @@ class MessageListCreateView(APIView):
     def post(self, request: Request) -> Response:
         require_any_producer(request)
         data = _valid(s.MessageSendInSerializer, request.data)
-        group = data.get("producer_group")
+        group = data.pop("producer_group", "")
         if group:
             require_producer(request, group)
-            if not producer_group_exists(group):
-                raise NotFound(
-                    f"Producer group {group} does not exist.", code="producer_group_not_found"
-                )
+            producer_group_require(group)
         elif request.user.producer_groups:
             group = min(request.user.producer_groups)
-        message = messages.message_send(
-            topic=data["topic"],
-            body=data["body_bytes"],
-            body_is_text=data["body_is_text"],
-            tags=data["tags"],
-            keys=data["keys"],
-            properties=data["properties"],
-            producer_group=group or "",
-        )
-        return Response(
-            {
-                "status": "SEND_OK",
-                "msg_id": message.msg_id,
-                "topic": message.topic,
-                "queue_id": message.queue_id,
-                "queue_offset": message.queue_offset,
-                "commit_log_offset": message.commit_log_offset,
-            },
-            status=status.HTTP_201_CREATED,
-        )
+        message = messages.message_send(**data, producer_group=group)
+        return Response(s.SendResultSerializer(message).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[s.MessageQuerySerializer],
@@ -268,17 +251,7 @@ class TransactionListCreateView(APIView):
     def post(self, request: Request) -> Response:
         data = _valid(s.TransactionPrepareInSerializer, request.data)
         require_producer(request, data["producer_group"])
-        tx, created = transactions.transaction_prepare(
-            producer_group=data["producer_group"],
-            topic=data["topic"],
-            body=data["body_bytes"],
-            body_is_text=data["body_is_text"],
-            tags=data["tags"],
-            keys=data["keys"],
-            properties=data["properties"],
-            msg_id=data.get("msg_id"),
-            check_immunity_seconds=data.get("check_immunity_seconds"),
-        )
+        tx, created = transactions.transaction_prepare(**data)
         return Response(
             s.TransactionPrepareOutSerializer(tx).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,

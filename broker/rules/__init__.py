@@ -9,4 +9,6 @@ no database.
 - ``checks``: check immunity, needDiscard, needSkip, the check and undelivered backoff, the
   lease length of a scan.
 - ``op_body``: the body of an Op message (RIP-50: half queue offsets, comma-separated).
+- ``topics``: which topics are system topics (no producer sends to them) and which of those
+  no consumer receives from; the bounds of a topic's queue_nums.
 """

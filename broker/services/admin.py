@@ -1,4 +1,11 @@
-"""Operators' writes: topics, producer and consumer groups, access keys."""
+"""Operators' writes: topics, producer and consumer groups, access keys.
+
+Every path that creates or changes these (the API, ``manage.py create_access_key``, the Django
+admin) goes through this module, so their invariants hold whatever the caller: a topic has one
+``ConsumeQueue`` row per queue, a producer group a random ``check_secret``, an access key the
+SHA-256 of a token that is never stored. The ``*_validate`` functions are the same checks on
+their own, for forms that report errors before anything is written (``broker.admin``).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +15,10 @@ import secrets
 from django.db import IntegrityError, transaction
 
 from broker.conf import conf
-from broker.constants import NAME_PATTERN, is_system_topic
-from broker.errors import Conflict, InvalidInput, NotFound
+from broker.constants import NAME_PATTERN
+from broker.errors import Conflict, InvalidInput, NotFound, not_found
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
+from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 
 TOKEN_PREFIX = "hm_"
 
@@ -24,17 +32,13 @@ def token_hash(token: str) -> str:
 RESERVED_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_RMQ_", "PID_RMQ_SYS_", "RMQ_SYS_")
 
 
-def _check_group_name(kind: str, name: str) -> None:
-    _check_name(kind, name)
-    if name.startswith(RESERVED_GROUP_PREFIXES):
-        raise InvalidInput(
-            f"{name} is reserved for the broker's own use.",
-            code="reserved_group",
-            details={"name": name},
-        )
+def name_validate(kind: str, name: str) -> None:
+    """Check a topic or group name against ``^[%|a-zA-Z0-9_-]{1,127}$`` (RocketMQ
+    TopicValidator); ``kind`` ("topic", "producer group", ...) names it in the message.
 
-
-def _check_name(kind: str, name: str) -> None:
+    Raises:
+        InvalidInput: ``invalid_name``.
+    """
     if not NAME_PATTERN.match(name or ""):
         raise InvalidInput(
             f"The {kind} name {name!r} must match ^[%|a-zA-Z0-9_-]{{1,127}}$.",
@@ -43,30 +47,125 @@ def _check_name(kind: str, name: str) -> None:
         )
 
 
+def group_name_validate(kind: str, name: str) -> None:
+    """Check a new producer or consumer group's name: ``name_validate`` and none of the
+    prefixes the broker keeps for its own groups (``RESERVED_GROUP_PREFIXES``).
+
+    Raises:
+        InvalidInput: ``invalid_name`` or ``reserved_group``.
+    """
+    name_validate(kind, name)
+    if name.startswith(RESERVED_GROUP_PREFIXES):
+        raise InvalidInput(
+            f"{name} is reserved for the broker's own use.",
+            code="reserved_group",
+            details={"name": name},
+        )
+
+
+def topic_name_validate(name: str) -> None:
+    """Check a new topic's name: ``name_validate`` and not a system topic (RMQ_SYS_*, ...).
+
+    Raises:
+        InvalidInput: ``invalid_name`` or ``system_topic``.
+    """
+    name_validate("topic", name)
+    if is_system_topic(name):
+        raise InvalidInput(
+            f"{name} is a system topic name.", code="system_topic", details={"name": name}
+        )
+
+
+def queue_nums_validate(queue_nums: int, *, current: int | None = None) -> None:
+    """Check a topic's ``queue_nums``: within ``QUEUE_NUMS_MIN..QUEUE_NUMS_MAX`` and, for an
+    existing topic with ``current`` queues, not fewer than it has (messages stored in a removed
+    queue would never be delivered again).
+
+    Raises:
+        InvalidInput: ``invalid_queue_nums``.
+    """
+    if not queue_nums_valid(queue_nums):
+        raise InvalidInput(
+            f"queue_nums must be between {QUEUE_NUMS_MIN} and {QUEUE_NUMS_MAX}.",
+            code="invalid_queue_nums",
+        )
+    if current is not None and queue_nums < current:
+        raise InvalidInput(
+            f"A topic's queues cannot be removed: it has {current}, not {queue_nums}.",
+            code="invalid_queue_nums",
+        )
+
+
+def max_delivery_attempts_validate(attempts: int) -> None:
+    """Check a consumer group's ``max_delivery_attempts`` (RocketMQ retryMaxTimes): at least 1.
+
+    Raises:
+        InvalidInput: ``invalid_max_delivery_attempts``.
+    """
+    if attempts < 1:
+        raise InvalidInput(
+            "max_delivery_attempts must be at least 1.", code="invalid_max_delivery_attempts"
+        )
+
+
+def access_key_groups_validate(groups: list[str]) -> None:
+    """Check the group names an access key is given rights to (``name_validate``; the groups
+    need not exist yet).
+
+    Raises:
+        InvalidInput: ``invalid_name``.
+    """
+    for group in groups:
+        name_validate("group", group)
+
+
+def _consume_queues_ensure(topic: str, queue_nums: int) -> None:
+    """Create the missing ``ConsumeQueue`` rows 0..queue_nums-1 of ``topic``."""
+    ConsumeQueue.objects.bulk_create(
+        [ConsumeQueue(topic=topic, queue_id=q) for q in range(queue_nums)], ignore_conflicts=True
+    )
+
+
 def topic_create(*, name: str, queue_nums: int) -> Topic:
-    """Create a topic with ``queue_nums`` queues (1-1024).
+    """Create a topic with ``queue_nums`` queues (1-1024) and their consume queues.
 
     Raises:
         InvalidInput: bad name, a system topic name, or queue_nums out of range.
         Conflict: ``topic_exists``.
     """
-    _check_name("topic", name)
-    if is_system_topic(name):
-        raise InvalidInput(
-            f"{name} is a system topic name.", code="system_topic", details={"name": name}
-        )
-    if not 1 <= queue_nums <= 1024:
-        raise InvalidInput("queue_nums must be between 1 and 1024.", code="invalid_queue_nums")
+    topic_name_validate(name)
+    queue_nums_validate(queue_nums)
     try:
         with transaction.atomic():
             topic = Topic.objects.create(name=name, queue_nums=queue_nums)
-            ConsumeQueue.objects.bulk_create(
-                [ConsumeQueue(topic=name, queue_id=q) for q in range(queue_nums)]
-            )
+            _consume_queues_ensure(name, queue_nums)
     except IntegrityError as exc:
         raise Conflict(
             f"Topic {name} already exists.", code="topic_exists", details={"name": name}
         ) from exc
+    return topic
+
+
+def topic_update(*, name: str, queue_nums: int) -> Topic:
+    """Give the user topic ``name`` more queues: ``queue_nums`` (at least its current number,
+    at most 1024), creating the new consume queues. The same number is a no-op.
+
+    Other processes see the new queues once their cached topic expires
+    (``HALFMOON_LOOKUP_CACHE_MS``); until then they send to the old ones, which stay valid.
+
+    Raises:
+        NotFound: ``topic_not_found`` (system topics included: the broker owns them).
+        InvalidInput: ``invalid_queue_nums``.
+    """
+    with transaction.atomic():
+        topic = Topic.objects.select_for_update().filter(name=name, system=False).first()
+        if topic is None:
+            raise not_found("topic", name)
+        queue_nums_validate(queue_nums, current=topic.queue_nums)
+        if queue_nums != topic.queue_nums:
+            topic.queue_nums = queue_nums
+            topic.save(update_fields=["queue_nums"])  # post_save forgets the cached topic
+            _consume_queues_ensure(name, queue_nums)
     return topic
 
 
@@ -78,7 +177,7 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
     Raises:
         InvalidInput: bad name. Conflict: ``producer_group_exists``.
     """
-    _check_group_name("producer group", name)
+    group_name_validate("producer group", name)
     try:
         with transaction.atomic():
             return ProducerGroup.objects.create(
@@ -102,7 +201,7 @@ def producer_group_update(*, name: str, check_url: str | None) -> ProducerGroup:
         check_url=check_url or None, unreachable_since=None, last_check_error=""
     )
     if not updated:
-        raise NotFound(f"Producer group {name} does not exist.", code="producer_group_not_found")
+        raise not_found("producer_group", name)
     return ProducerGroup.objects.get(name=name)
 
 
@@ -113,12 +212,9 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     Raises:
         InvalidInput: bad name or attempts below 1. Conflict: ``consumer_group_exists``.
     """
-    _check_group_name("consumer group", name)
+    group_name_validate("consumer group", name)
     attempts = max_delivery_attempts or conf.max_delivery_attempts
-    if attempts < 1:
-        raise InvalidInput(
-            "max_delivery_attempts must be at least 1.", code="invalid_max_delivery_attempts"
-        )
+    max_delivery_attempts_validate(attempts)
     try:
         with transaction.atomic():
             return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
@@ -128,6 +224,21 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
             code="consumer_group_exists",
             details={"name": name},
         ) from exc
+
+
+def consumer_group_update(*, name: str, max_delivery_attempts: int) -> ConsumerGroup:
+    """Change a consumer group's ``max_delivery_attempts``; deliveries already counted keep
+    their count, and the next failed one is compared with the new number.
+
+    Raises:
+        InvalidInput: attempts below 1. NotFound: ``consumer_group_not_found``.
+    """
+    max_delivery_attempts_validate(max_delivery_attempts)
+    if not ConsumerGroup.objects.filter(name=name).update(
+        max_delivery_attempts=max_delivery_attempts
+    ):
+        raise not_found("consumer_group", name)
+    return ConsumerGroup.objects.get(name=name)
 
 
 def access_key_create(
@@ -142,8 +253,7 @@ def access_key_create(
     Raises:
         InvalidInput: a bad group name. Conflict: ``access_key_exists``.
     """
-    for group in [*(producer_groups or []), *(consumer_groups or [])]:
-        _check_name("group", group)
+    access_key_groups_validate([*(producer_groups or []), *(consumer_groups or [])])
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     try:
         with transaction.atomic():
@@ -158,3 +268,27 @@ def access_key_create(
     except IntegrityError as exc:
         raise Conflict(f"Access key {name} already exists.", code="access_key_exists") from exc
     return key, token
+
+
+def access_key_update(
+    *, name: str, is_admin: bool, producer_groups: list[str], consumer_groups: list[str]
+) -> AccessKey:
+    """Change an access key's rights; its token stays the same. Other processes see the change
+    once their cached key expires (``HALFMOON_LOOKUP_CACHE_MS``), this one at once.
+
+    Raises:
+        InvalidInput: a bad group name. NotFound: ``access_key_not_found``.
+    """
+    access_key_groups_validate([*producer_groups, *consumer_groups])
+    key = AccessKey.objects.filter(name=name).first()
+    if key is None:
+        raise NotFound(
+            f"Access key {name} does not exist.",
+            code="access_key_not_found",
+            details={"name": name},
+        )
+    key.is_admin = is_admin
+    key.producer_groups = sorted(set(producer_groups))
+    key.consumer_groups = sorted(set(consumer_groups))
+    key.save(update_fields=["is_admin", "producer_groups", "consumer_groups"])  # forgets cache
+    return key

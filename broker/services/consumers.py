@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from broker.constants import (
-    CHECK_MAX_TIME_TOPIC,
     PROPERTY_DELIVERY_ATTEMPT,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
-    SYSTEM_TOPIC_PREFIX,
     dlq_topic,
 )
-from broker.errors import Forbidden, NotFound
-from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, Topic, now_ms
-from broker.services.storage import message_put
+from broker.errors import Forbidden
+from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, now_ms
+from broker.rules.topics import is_undeliverable_topic
+from broker.selectors import first_or_not_found, topic_get
+from broker.services.storage import message_copy
 
 
 @dataclass(frozen=True)
@@ -45,32 +45,20 @@ def _new_handle() -> str:
 def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
     """Move a message past its group's max_delivery_attempts to %DLQ%{group} (inside atomic)."""
     message = delivery.message
-    topic = dlq_topic(group.name)
-    props = dict(message.properties)
-    props[PROPERTY_ORIGIN_MESSAGE_ID] = message.msg_id
-    props[PROPERTY_RETRY_TOPIC] = message.topic
-    props[PROPERTY_DELIVERY_ATTEMPT] = str(delivery.delivery_attempt)
-    fields = {
-        "topic": topic,
-        "queue_id": 0,
-        "msg_id": message.msg_id,
-        "body": bytes(message.body),
-        "body_is_text": message.body_is_text,
-        "tags": message.tags,
-        "keys": message.keys,
-        "properties": props,
-        "producer_group": message.producer_group,
-        "born_timestamp": message.born_timestamp,
+    props = {
+        **message.properties,
+        PROPERTY_ORIGIN_MESSAGE_ID: message.msg_id,
+        PROPERTY_RETRY_TOPIC: message.topic,
+        PROPERTY_DELIVERY_ATTEMPT: str(delivery.delivery_attempt),
     }
-    message_put(**fields, system_queue_nums=1)
+    message_copy(
+        message, topic=dlq_topic(group.name), queue_id=0, properties=props, system_queue_nums=1
+    )
     delivery.delete()
 
 
 def _consumer_group_get(name: str) -> ConsumerGroup:
-    group = ConsumerGroup.objects.filter(name=name).first()
-    if group is None:
-        raise NotFound(f"Consumer group {name} does not exist.", code="consumer_group_not_found")
-    return group
+    return first_or_not_found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
 
 
 def messages_receive(
@@ -89,17 +77,13 @@ def messages_receive(
             (TRANS_CHECK_MAX_TIME_TOPIC) are never delivered; %DLQ%* and %RETRY%* may be received.
     """
     group = _consumer_group_get(consumer_group)
-    if topic.startswith(SYSTEM_TOPIC_PREFIX) or topic == CHECK_MAX_TIME_TOPIC:
+    if is_undeliverable_topic(topic):
         raise Forbidden(
             f"Consumers may not receive from the system topic {topic}.",
             code="system_topic",
             details={"topic": topic},
         )
-    topic_obj = Topic.objects.filter(name=topic).first()
-    if topic_obj is None:
-        raise NotFound(
-            f"Topic {topic} does not exist.", code="topic_not_found", details={"topic": topic}
-        )
+    topic_obj = topic_get(topic)
     now = now_ms()
     until = now + invisible_duration_ms
     out: list[Received] = []

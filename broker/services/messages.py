@@ -7,10 +7,11 @@ from typing import Any
 
 from django.db import transaction
 
-from broker.constants import PROPERTY_PRODUCER_GROUP, PROPERTY_UNIQ_KEY, is_system_topic
-from broker.errors import Forbidden, NotFound
+from broker.constants import PROPERTY_PRODUCER_GROUP, PROPERTY_UNIQ_KEY
+from broker.errors import Forbidden, not_found
 from broker.lookups import topic_by_name
 from broker.models import Message, Topic
+from broker.rules.topics import is_system_topic
 from broker.services.storage import message_put, new_msg_id
 from broker.services.validation import message_validate
 
@@ -26,9 +27,7 @@ def producer_topic_get(name: str) -> Topic:
         raise Forbidden(f"Producers may not send to the system topic {name}.", code="system_topic")
     topic = topic_by_name(name)
     if topic is None or topic.system:
-        raise NotFound(
-            f"Topic {name} does not exist.", code="topic_not_found", details={"topic": name}
-        )
+        raise not_found("topic", name)
     return topic
 
 

@@ -22,22 +22,22 @@ from django.db import transaction
 from broker.conf import conf
 from broker.constants import HALF_TOPIC, SYS_FLAG_TRANSACTION_PREPARED_TYPE
 from broker.errors import Conflict, InvalidInput, TransactionAlreadyResolved
-from broker.models import (
-    CheckRequest,
-    Message,
+from broker.models import CheckRequest, Message, Transaction, TransactionEvent, now_ms
+from broker.rules.states import (
+    RESOLVING_ACTIONS,
     ResolvedBy,
-    Transaction,
-    TransactionEvent,
+    ResolvingAction,
     TransactionState,
-    now_ms,
+    resolution_of_action,
 )
-from broker.rules.states import ResolvingAction
-from broker.services.storage import message_put
-from broker.services.transactions import (
+from broker.services.resolution import (
     transaction_announce,
-    transaction_get_locked,
+    transaction_event_record,
     transaction_resolve_locked,
 )
+from broker.services.storage import message_copy
+from broker.services.transactions import transaction_get_locked
+from broker.services.validation import action_validate
 
 logger = logging.getLogger("halfmoon.operator")
 
@@ -88,12 +88,7 @@ def transaction_operator_resolve(
             ``details.state`` when it is COMMITTED or ROLLED_BACK, whoever resolved it, this
             operator included: a second resolve delivers nothing.
     """
-    if action not in ("commit", "rollback"):
-        raise InvalidInput(
-            "action must be commit or rollback.",
-            code="invalid_action",
-            details={"action": action},
-        )
+    action_validate(action, RESOLVING_ACTIONS)
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput(
@@ -122,13 +117,12 @@ def transaction_operator_resolve(
         if tx.discard_reason:
             tx.discard_reason = ""
             tx.save(update_fields=["discard_reason"])
-        TransactionEvent.objects.create(
-            transaction_id=tx.pk,
-            kind=TransactionEvent.Kind.RESOLVED,
+        transaction_event_record(
+            tx,
+            TransactionEvent.Kind.RESOLVED,
             timestamp=tx.resolved_timestamp,
-            check_times=tx.check_times,
-            outcome="COMMIT" if action == "commit" else "ROLLBACK",
             actor=actor,
+            outcome=resolution_of_action(action),
             detail=detail,
         )
     logger.info(
@@ -182,20 +176,12 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
                 code="transaction_not_discarded",
                 details={"transaction_id": transaction_id, "state": tx.state},
             )
-        half = Message.objects.get(pk=tx.half_commit_log_offset)
-        copy = message_put(
-            system_queue_nums=conf.half_queue_nums,
+        copy = message_copy(
+            Message.objects.get(pk=tx.half_commit_log_offset),
             topic=HALF_TOPIC,
             queue_id=tx.half_queue_id,
-            msg_id=tx.transaction_id,
-            body=bytes(half.body),
-            body_is_text=half.body_is_text,
-            tags=half.tags,
-            keys=half.keys,
-            properties=dict(half.properties),
             sys_flag=SYS_FLAG_TRANSACTION_PREPARED_TYPE,
-            producer_group=tx.producer_group,
-            born_timestamp=half.born_timestamp,
+            system_queue_nums=conf.half_queue_nums,
         )
         now = now_ms()
         detail = {
@@ -231,13 +217,8 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
             ]
         )
         CheckRequest.objects.filter(transaction=tx, delivered_timestamp__isnull=True).delete()
-        TransactionEvent.objects.create(
-            transaction_id=tx.pk,
-            kind=TransactionEvent.Kind.RESUMED,
-            timestamp=now,
-            check_times=0,
-            actor=actor,
-            detail=detail,
+        transaction_event_record(
+            tx, TransactionEvent.Kind.RESUMED, timestamp=now, actor=actor, detail=detail
         )
         transaction_announce(tx, "resumed")
     logger.info("%s resumed checks of %s (was discarded: %s)", actor, transaction_id, detail)

@@ -26,6 +26,7 @@ from django.db import transaction
 from broker.conf import conf
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
 from broker.models import Resolution, now_ms
+from broker.rules.op_body import op_body_format, op_body_size
 from broker.services.storage import message_put, new_msg_id
 
 logger = logging.getLogger("halfmoon.ops")
@@ -37,16 +38,11 @@ _buffered: dict[int, int] = {}
 _buffered_lock = threading.Lock()
 
 
-def op_entry(half_queue_offset: int) -> str:
-    """One half queue offset as an Op message body carries it: ``"12,"``."""
-    return f"{half_queue_offset},"
-
-
 def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
     """Count a journalled resolution towards its queue's size trigger, after the current
     database transaction commits. When this process has noted ``HALFMOON_OP_MSG_MAX_SIZE``
     bytes for a queue, a flush of that queue is queued (a Celery task; nobody waits for it)."""
-    size = len(op_entry(half_queue_offset))
+    size = op_body_size([half_queue_offset])
 
     def note() -> None:
         with _buffered_lock:
@@ -88,28 +84,31 @@ def op_flush(*, half_queue_id: int, force: bool = False) -> int:
         if not rows:
             return 0
         due = force or now_ms() - min(r[2] for r in rows) >= interval
-        batch: list[int] = []
-        body = ""
+        batch: list[int] = []  # Resolution ids
+        offsets: list[int] = []  # their half queue offsets, the body of one Op message
+        size = 0
         for pk, offset, _ in rows:
-            entry = op_entry(offset)
-            if body and len(body) + len(entry) > max_size:
-                _op_write(half_queue_id, body, batch)  # a full Op message
+            entry_size = op_body_size([offset])
+            if offsets and size + entry_size > max_size:
+                _op_write(half_queue_id, offsets, batch)  # a full Op message
                 written += 1
-                batch, body = [], ""
+                batch, offsets, size = [], [], 0
             batch.append(pk)
-            body += entry
+            offsets.append(offset)
+            size += entry_size
         if batch and due:
-            _op_write(half_queue_id, body, batch)
+            _op_write(half_queue_id, offsets, batch)
             written += 1
     return written
 
 
-def _op_write(half_queue_id: int, body: str, resolution_ids: list[int]) -> None:
+def _op_write(half_queue_id: int, offsets: list[int], resolution_ids: list[int]) -> None:
+    """Store one Op message naming ``offsets`` and mark its resolutions flushed."""
     op = message_put(
         topic=OP_HALF_TOPIC,
         queue_id=half_queue_id,
         msg_id=new_msg_id(),
-        body=body.encode("ascii"),
+        body=op_body_format(offsets),
         tags=OP_REMOVE_TAG,
         system_queue_nums=conf.half_queue_nums,
     )

@@ -115,6 +115,57 @@ def message_put(
     return message
 
 
+def message_copy(
+    source: Message,
+    *,
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str] | None = None,
+    sys_flag: int = 0,
+    prepared_transaction_offset: int | None = None,
+    system_queue_nums: int | None = None,
+) -> Message:
+    """Append a copy of a stored message to ``(topic, queue_id)``; return the copy.
+
+    The copy keeps the source's msg_id (UNIQ_KEY), body (and whether it was sent as text), tags,
+    keys, producer group and ``born_timestamp``; it gets a new commit log and queue offset and
+    store time. This is how RocketMQ moves a message between topics without changing what the
+    producer sent: the commit of a half message to its real topic
+    (``EndTransactionProcessor.endMessageTransaction``), the discard copy on
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` (``resolveDiscardMsg``), the re-appended half message of
+    ``resumeCheckHalfMessage`` and the move to ``%DLQ%{group}``.
+
+    Args:
+        source: the stored message to copy (e.g. the half message).
+        topic, queue_id: where the copy goes.
+        properties: the copy's properties; None keeps the source's unchanged.
+        sys_flag: the copy's ``MessageSysFlag`` transaction bits (0: not transactional).
+        prepared_transaction_offset: for a commit, the half message's commit log offset (unique:
+            a second delivery of the same half message raises IntegrityError).
+        system_queue_nums: as ``message_put`` (create a broker-owned topic on first use).
+
+    Must run inside ``transaction.atomic()``.
+
+    Raises:
+        LookupError, IntegrityError: as ``message_put``.
+    """
+    return message_put(
+        topic=topic,
+        queue_id=queue_id,
+        msg_id=source.msg_id,
+        body=bytes(source.body),
+        body_is_text=source.body_is_text,
+        tags=source.tags,
+        keys=source.keys,
+        properties=dict(source.properties) if properties is None else properties,
+        sys_flag=sys_flag,
+        producer_group=source.producer_group,
+        born_timestamp=source.born_timestamp,
+        prepared_transaction_offset=prepared_transaction_offset,
+        system_queue_nums=system_queue_nums,
+    )
+
+
 _COLUMNS = (
     "topic",
     "queue_id",

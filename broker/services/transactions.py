@@ -1,9 +1,13 @@
 """Half messages and end-transaction (RocketMQ TransactionalMessageServiceImpl.prepareMessage,
-EndTransactionProcessor, TransactionalMessageBridge)."""
+EndTransactionProcessor, TransactionalMessageBridge).
+
+How a transaction is resolved or discarded, and how its changes are journalled and announced,
+lives in ``broker.services.resolution``; its functions are re-exported here, where the scan,
+the operator actions and the tests import them from.
+"""
 
 from __future__ import annotations
 
-import logging
 import zlib
 from typing import Any
 
@@ -11,54 +15,52 @@ from django.db import IntegrityError, transaction
 
 from broker.conf import conf
 from broker.constants import (
-    CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
-    PROPERTY_DISCARD_REASON,
-    PROPERTY_HALF_QUEUE_OFFSET,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
-    SYS_FLAG_TRANSACTION_COMMIT_TYPE,
-    SYS_FLAG_TRANSACTION_NOT_TYPE,
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
-from broker.errors import Conflict, Forbidden, InvalidInput, NotFound, TransactionAlreadyResolved
-from broker.events import TransactionChange, transaction_change_publish
-from broker.lookups import producer_group_exists
-from broker.models import (
-    Message,
-    Resolution,
-    ResolvedBy,
-    Transaction,
-    TransactionEvent,
-    TransactionState,
-    now_ms,
-)
+from broker.errors import Conflict, Forbidden, InvalidInput, TransactionAlreadyResolved
+from broker.lookups import producer_group_require
+from broker.models import Transaction
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     check_immunity_ms,
     check_immunity_valid,
 )
 from broker.rules.states import (
+    END_ACTIONS,
+    RESOLVING_ACTIONS,
     EndAction,
-    ResolvingAction,
-    resolution_of_action,
+    ResolvedBy,
+    TransactionState,
     state_of_action,
 )
+from broker.selectors import first_or_not_found
 from broker.services.messages import producer_topic_get, queue_select
-from broker.services.ops import op_buffer_note
+from broker.services.resolution import (
+    transaction_announce,
+    transaction_discard,
+    transaction_event_record,
+    transaction_resolve_locked,
+)
 from broker.services.storage import message_put, new_msg_id
-from broker.services.validation import message_validate
+from broker.services.validation import action_validate, message_validate
 
-logger = logging.getLogger("halfmoon.transactions")
-
-# Properties stripped when a half message is re-stored on its real topic
-# (EndTransactionProcessor.endMessageTransaction clears REAL_TOPIC and REAL_QID).
-_HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
+__all__ = [
+    "half_queue_select",
+    "transaction_announce",
+    "transaction_discard",
+    "transaction_end",
+    "transaction_event_record",
+    "transaction_get_locked",
+    "transaction_prepare",
+    "transaction_resolve_locked",
+]
 
 
 def half_queue_select(transaction_id: str) -> int:
@@ -109,12 +111,7 @@ def transaction_prepare(
         transaction_timeout_ms=conf.transaction_timeout_ms,
         immunity_seconds=check_immunity_seconds,
     )
-    if not producer_group_exists(producer_group):
-        raise NotFound(
-            f"Producer group {producer_group} does not exist.",
-            code="producer_group_not_found",
-            details={"producer_group": producer_group},
-        )
+    producer_group_require(producer_group)
     topic_obj = producer_topic_get(topic)
     transaction_id = msg_id or new_msg_id()
     real_queue_id = queue_select(transaction_id, topic_obj.queue_nums)
@@ -186,14 +183,11 @@ def transaction_get_locked(transaction_id: str) -> Transaction:
     Raises:
         NotFound: ``transaction_not_found``.
     """
-    tx = Transaction.objects.select_for_update().filter(pk=transaction_id).first()
-    if tx is None:
-        raise NotFound(
-            f"Transaction {transaction_id} does not exist.",
-            code="transaction_not_found",
-            details={"transaction_id": transaction_id},
-        )
-    return tx
+    return first_or_not_found(
+        Transaction.objects.select_for_update().filter(pk=transaction_id),
+        "transaction",
+        transaction_id,
+    )
 
 
 def transaction_end(
@@ -216,10 +210,12 @@ def transaction_end(
         the transaction after the end (``state``, ``queue_offset`` of the delivered message).
 
     Raises:
+        InvalidInput: ``invalid_action`` (not one of ``END_ACTIONS``).
         NotFound: ``transaction_not_found``.
         Forbidden: ``producer_group_mismatch`` (not the group that sent the half message).
         TransactionAlreadyResolved: the other action after resolution, or after a discard.
     """
+    action_validate(action, END_ACTIONS)
     with transaction.atomic():
         tx = transaction_get_locked(transaction_id)
         if tx.producer_group != producer_group:
@@ -228,7 +224,7 @@ def transaction_end(
                 code="producer_group_mismatch",
                 details={"transaction_id": transaction_id},
             )
-        if action == "unknown":
+        if action not in RESOLVING_ACTIONS:  # unknown: the transaction stays PREPARED
             return tx
         target = state_of_action(action)
         if tx.state == target:
@@ -238,135 +234,3 @@ def transaction_end(
         by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
         transaction_resolve_locked(tx, action=action, resolved_by=by, reason=remark or "")
     return tx
-
-
-def transaction_resolve_locked(
-    tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str
-) -> None:
-    """Deliver (commit) or drop (rollback) a transaction and journal its resolution for the
-    Op log: the one place a transaction is resolved (producers, checks and operators).
-
-    ``tx`` must be PREPARED (or DISCARDED, for an operator) and locked with
-    ``select_for_update`` inside the caller's database transaction; ``resolved_by`` is one of
-    ``ResolvedBy``. The unique constraints on ``Resolution`` and
-    ``Message.prepared_transaction_offset`` refuse a second resolution.
-    """
-    now = now_ms()
-    if action == "commit":
-        half = Message.objects.get(pk=tx.half_commit_log_offset)
-        props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPERTIES}
-        delivered = message_put(
-            topic=tx.topic,
-            queue_id=tx.queue_id,
-            msg_id=tx.transaction_id,
-            body=bytes(half.body),
-            body_is_text=half.body_is_text,
-            tags=half.tags,
-            keys=half.keys,
-            properties=props,
-            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
-            producer_group=tx.producer_group,
-            born_timestamp=half.born_timestamp,
-            prepared_transaction_offset=half.commit_log_offset,
-        )
-        tx.queue_offset = delivered.queue_offset
-        tx.state = TransactionState.COMMITTED
-    else:
-        tx.state = TransactionState.ROLLED_BACK
-    # The resolution is durable in the journal now; broker.services.ops.op_flush writes it into
-    # an Op message with others of its half queue (RIP-50), after this transaction commits.
-    Resolution.objects.create(
-        transaction=tx,
-        half_queue_id=tx.half_queue_id,
-        half_queue_offset=tx.half_queue_offset,
-        action=resolution_of_action(action),
-        resolved_by=resolved_by,
-        reason=reason,
-        resolved_timestamp=now,
-    )
-    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
-    tx.resolved_by = resolved_by
-    tx.resolved_timestamp = now
-    tx.next_check_timestamp = None
-    tx.save(
-        update_fields=[
-            "state",
-            "queue_offset",
-            "resolved_by",
-            "resolved_timestamp",
-            "next_check_timestamp",
-        ]
-    )
-    transaction_announce(tx, "resolved")
-
-
-def transaction_discard(tx: Transaction, *, reason: str) -> None:
-    """Discard a locked PREPARED transaction: copy its half message to
-    ``TRANS_CHECK_MAX_TIME_TOPIC`` and mark it DISCARDED (RocketMQ
-    ``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``, 4.5.2+). Never delivered;
-    an operator may still commit or roll it back.
-
-    Runs inside the caller's database transaction with ``tx`` locked (select_for_update).
-    ``reason`` is ``check_max`` or ``file_reserved_time``.
-    """
-    now = now_ms()
-    half = Message.objects.get(pk=tx.half_commit_log_offset)
-    props = dict(half.properties)
-    props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(tx.check_times)
-    props[PROPERTY_DISCARD_REASON] = reason
-    props[PROPERTY_HALF_QUEUE_OFFSET] = str(tx.half_queue_offset)
-    put = {
-        "topic": CHECK_MAX_TIME_TOPIC,
-        "queue_id": 0,
-        "msg_id": tx.transaction_id,
-        "body": bytes(half.body),
-        "body_is_text": half.body_is_text,
-        "tags": half.tags,
-        "keys": half.keys,
-        "properties": props,
-        "sys_flag": SYS_FLAG_TRANSACTION_NOT_TYPE,
-        "producer_group": tx.producer_group,
-        "born_timestamp": half.born_timestamp,
-    }
-    message_put(**put, system_queue_nums=1)
-    tx.state = TransactionState.DISCARDED
-    tx.resolved_by = ResolvedBy.DISCARD
-    tx.resolved_timestamp = now
-    tx.next_check_timestamp = None
-    tx.discard_reason = reason
-    tx.save(
-        update_fields=[
-            "state",
-            "resolved_by",
-            "resolved_timestamp",
-            "next_check_timestamp",
-            "discard_reason",
-        ]
-    )
-    TransactionEvent.objects.create(
-        transaction_id=tx.pk,
-        kind=TransactionEvent.Kind.DISCARDED,
-        timestamp=now,
-        check_times=tx.check_times,
-        outcome=reason,
-        actor="scan",
-    )
-    transaction_announce(tx, "discarded")
-    logger.info("discarded %s after %d checks (%s)", tx.transaction_id, tx.check_times, reason)
-
-
-def transaction_announce(tx: Transaction, kind: str) -> None:
-    """After the current database transaction commits, announce that ``tx`` changed (``broker.events``; the console relays it)
-    (``kind``: resolved, discarded, resumed, check_sent, check_undelivered). Nothing is announced for a
-    write that rolls back."""
-    event = TransactionChange(
-        type="transaction.event",
-        kind=kind,
-        transaction_id=tx.transaction_id,
-        producer_group=tx.producer_group,
-        topic=tx.topic,
-        state=tx.state,
-        check_times=tx.check_times,
-        timestamp=now_ms(),
-    )
-    transaction.on_commit(lambda: transaction_change_publish(event))

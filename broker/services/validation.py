@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from broker.conf import conf
@@ -53,3 +54,18 @@ def message_validate(*, body: bytes, properties: dict[str, Any] | None) -> dict[
             details={"size": size, "limit": max_props},
         )
     return dict(props)
+
+
+def action_validate(action: str, allowed: Sequence[str]) -> None:
+    """Check that ``action`` is one of ``allowed`` (``broker.rules.states.END_ACTIONS`` for an
+    end, ``RESOLVING_ACTIONS`` for an operator's resolution).
+
+    Raises:
+        InvalidInput: ``invalid_action``, with ``details.action``.
+    """
+    if action not in allowed:
+        raise InvalidInput(
+            f"action must be one of {', '.join(allowed)}.",
+            code="invalid_action",
+            details={"action": action},
+        )

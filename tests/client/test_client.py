@@ -1,4 +1,4 @@
-"""broker.client against the real broker (pytest-django's live_server, PostgreSQL, Redis).
+"""halfmoon_client (the client package, client/) against the real broker (pytest-django's live_server, PostgreSQL, Redis).
 
 The back-check flows call ``broker.services.checks.check_round`` directly, as a Celery worker
 would, after making the transaction due.
@@ -15,8 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from broker.client import (
+from halfmoon_client import (
     SIGNATURE_HEADER,
     HalfmoonAdmin,
     HalfmoonConnectionError,
@@ -29,6 +28,7 @@ from broker.client import (
     TransactionProducer,
     sign_check_body,
 )
+
 from broker.models import Transaction
 from broker.services.admin import access_key_create, consumer_group_create, topic_create
 from broker.services.checks import check_round
@@ -433,8 +433,12 @@ def test_normal_send_is_visible_at_once(broker, consumer):
     assert (got.msg_id, got.text, got.queue_offset) == (sent.msg_id, "plain", sent.queue_offset)
 
 
-def test_client_imports_without_django():
-    code = "import sys, broker.client; assert 'django' not in sys.modules, sorted(sys.modules)"
+def test_client_imports_without_django_or_the_broker():
+    code = (
+        "import sys, halfmoon_client, halfmoon_client.examples.seed_demo; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'broker', 'halfmoon')]; "
+        "assert not bad, bad"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
     )

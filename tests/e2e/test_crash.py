@@ -11,8 +11,8 @@ Right after the kill, and again at the end, ``manage.py rebuild_transactions --d
 find the stored transaction state equal to what the commit log and journals say (exit 0).
 
 The dead worker's lease on the half queues it was scanning stays until it expires
-(``tasks.checks._lease_ttl_ms``, at least 30 s): the settings below keep it at 30 s, and the
-test waits it out.
+(``broker.rules.checks.scan_lease_ttl_ms``, at least 30 s): the settings below keep it at 30 s,
+and the test waits it out.
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ def crash_env(tmp_path):
         {
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
             "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
+            "DJANGO_SECRET_KEY": "halfmoon-e2e-key-not-secret",  # DEBUG off: a key
             "REDIS_URL": REDIS_URL,
             "CELERY_BROKER_URL": REDIS_URL,
             "HALFMOON_VAR_DIR": str(tmp_path / "var"),

@@ -158,7 +158,7 @@ def pids_in_group(pgid: int) -> set[int]:
 
 
 def owner_pid(owner: str) -> int | None:
-    """The pid in a lease owner ``host:pid:random`` (tasks.checks._lease_owner)."""
+    """The pid in a lease owner ``host:pid:random`` (broker.services.leases.lease_owner)."""
     parts = owner.split(":")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 
@@ -366,6 +366,7 @@ def cluster_env(db: str, var_dir: Path, settings: dict[str, str]) -> dict[str, s
         {
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
             "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
+            "DJANGO_SECRET_KEY": "halfmoon-e2e-key-not-secret",  # DEBUG off: a key
             "REDIS_URL": REDIS_URL,
             "CELERY_BROKER_URL": REDIS_URL,
             "HALFMOON_VAR_DIR": str(var_dir),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from broker.constants import OP_HALF_TOPIC
 from broker.models import Message, Resolution
+from broker.rules.op_body import op_body_parse
 from broker.services.ops import op_flush, op_flush_all
-from broker.services.recovery import parse_op_body
 from broker.services.transactions import transaction_end
 from tests.support import prepare
 
@@ -31,7 +31,7 @@ def test_a_partial_batch_waits_for_the_interval_then_one_op_message_names_it(
     Resolution.objects.update(resolved_timestamp=0)  # the oldest is now an interval old
     assert op_flush_all() == 1
     [op] = Message.objects.filter(topic=OP_HALF_TOPIC)
-    assert sorted(parse_op_body(op.body)) == sorted(
+    assert sorted(op_body_parse(op.body).offsets) == sorted(
         Resolution.objects.values_list("half_queue_offset", flat=True)
     )
     assert op.tags == "d"

@@ -251,6 +251,39 @@ def test_an_operator_resolution_refuses_other_actions_and_unknown_ids(topic, pro
     assert _tx(tx).state == "PREPARED"
 
 
+def test_an_end_refuses_an_action_that_is_none_of_the_three(topic, producer_group):
+    tx = prepare()
+    with pytest.raises(InvalidInput) as raised:
+        transaction_end(
+            transaction_id=tx.pk,
+            producer_group="G",
+            action="COMMIT_MESSAGE",  # type: ignore[arg-type]  # a check answer, not an action
+        )
+    assert raised.value.code == "invalid_action"
+    assert raised.value.details == {"action": "COMMIT_MESSAGE"}
+    assert _tx(tx).state == "PREPARED"
+    assert not Resolution.objects.filter(transaction_id=tx.pk).exists()
+
+
+def test_an_operator_resolution_journals_the_resolution_spelling_of_its_action(
+    topic, producer_group
+):
+    committed, rolled_back = prepare(), prepare()
+    transaction_operator_resolve(
+        transaction_id=committed.pk, action="commit", reason="paid", actor=ACTOR
+    )
+    transaction_operator_resolve(
+        transaction_id=rolled_back.pk, action="rollback", reason="cancelled", actor=ACTOR
+    )
+
+    outcomes = dict(
+        TransactionEvent.objects.filter(kind="resolved").values_list("transaction_id", "outcome")
+    )
+    assert outcomes == {committed.pk: "COMMIT", rolled_back.pk: "ROLLBACK"}
+    assert Resolution.objects.get(transaction_id=committed.pk).action == "COMMIT"
+    assert Resolution.objects.get(transaction_id=rolled_back.pk).action == "ROLLBACK"
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("start", ["PREPARED", "DISCARDED"])
 def test_concurrent_operator_resolutions_leave_exactly_one(topic, producer_group, start):

@@ -16,11 +16,11 @@ from django.db import connection
 from broker.constants import HALF_TOPIC, OP_HALF_TOPIC
 from broker.errors import Conflict, HalfmoonError
 from broker.models import ConsumeQueue, Message, Resolution, Transaction
+from broker.rules.op_body import op_body_parse
 from broker.services import checks
 from broker.services.admin import access_key_create, producer_group_create, topic_create
 from broker.services.messages import message_send
 from broker.services.ops import op_flush
-from broker.services.recovery import parse_op_body
 from broker.services.transactions import transaction_end, transaction_prepare
 from tests.support import prepare
 
@@ -97,7 +97,7 @@ def _assert_resolved_once(tx: Transaction) -> Transaction:
     naming = [
         op.commit_log_offset
         for op in Message.objects.filter(topic=OP_HALF_TOPIC, queue_id=tx.half_queue_id)
-        for offset in parse_op_body(op.body)
+        for offset in op_body_parse(op.body).offsets
         if offset == tx.half_queue_offset
     ]
     assert naming == [resolution.op_commit_log_offset]

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from broker.services.metrics import metrics_rollup_reset
 from broker.services.recovery import RebuildReport, transactions_rebuild
 
 EXIT_CLEAN = 0
@@ -55,6 +56,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         report = transactions_rebuild(dry_run=options["dry_run"])
+        if report.repaired:  # repaired rows may be counted in the /metrics rollup already
+            metrics_rollup_reset()
         if options["json"]:
             self.stdout.write(json.dumps(report.as_dict(), default=str, indent=2))
         else:

@@ -2,8 +2,9 @@
 ``manage.py rebuild_transactions``): no difference after traffic of every kind, every planted
 difference found with the right field and repaired, and the command's output and exit status.
 
-The crash test (``tests/test_crash.py``) runs the command after killing real workers.
+The crash test (``tests/e2e/test_crash.py``) runs the command after killing real workers.
 How long a rebuild takes at 100,000 or 1,000,000 transactions: ``bench/rebuild_cost.py``.
+The derivation alone, with no database: ``test_derive.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from broker.models import (
     TransactionState,
     now_ms,
 )
+from broker.rules.op_body import op_body_parse
 from broker.services import checks
 from broker.services.admin import producer_group_create
 from broker.services.ops import op_flush, op_flush_all
@@ -40,7 +42,6 @@ from broker.services.recovery import (
     RESOLUTION_ACTION,
     RESOLUTION_OP_OFFSET,
     RebuildReport,
-    parse_op_body,
     transactions_rebuild,
 )
 from broker.services.storage import message_put
@@ -55,7 +56,7 @@ def _op_journal_flushed_at_once(broker_settings):
     broker_settings["HALFMOON_OP_BATCH_INTERVAL_MS"] = 0
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INTERVAL = 30_000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS default
 
 try:  # built by the operator work (resolve / resume-check endpoints)
@@ -206,7 +207,7 @@ def test_no_difference_after_traffic_of_every_kind(traffic):
     assert not report.applied
     # Op messages name many offsets, and part of the journal is not flushed yet.
     bodies = Message.objects.filter(topic=OP_HALF_TOPIC).values_list("body", flat=True)
-    assert max(len(parse_op_body(b)) for b in bodies) > 1
+    assert max(len(op_body_parse(b).offsets) for b in bodies) > 1
     assert Resolution.objects.filter(op_commit_log_offset__isnull=True).exists()
     states = set(Transaction.objects.values_list("state", flat=True))
     assert states == set(TransactionState.values)
@@ -328,13 +329,15 @@ def test_planted_differences_are_found_and_repaired(traffic):
     assert Resolution.objects.get(transaction_id=op_missing.pk).op_commit_log_offset is None
     op_flush(half_queue_id=op_missing.half_queue_id, force=True)
     flushed = Resolution.objects.get(transaction_id=op_missing.pk).op_commit_log_offset
-    assert op_missing.half_queue_offset in parse_op_body(Message.objects.get(pk=flushed).body)
+    assert (
+        op_missing.half_queue_offset in op_body_parse(Message.objects.get(pk=flushed).body).offsets
+    )
     assert transactions_rebuild(dry_run=True).differences == []
 
 
 def test_a_deleted_op_message_leaves_its_resolutions_to_be_flushed_again(traffic):
     op = Message.objects.filter(topic=OP_HALF_TOPIC).order_by("commit_log_offset").first()
-    named = parse_op_body(op.body)
+    named = op_body_parse(op.body).offsets
     Resolution.objects.filter(op_commit_log_offset=op.pk).update(op_commit_log_offset=None)
     Message.objects.filter(pk=op.pk).delete()
     resolutions = Resolution.objects.filter(half_queue_id=op.queue_id, half_queue_offset__in=named)
@@ -363,7 +366,7 @@ def test_an_op_message_the_journal_does_not_know_is_credited(traffic):
         for body in Message.objects.filter(
             topic=OP_HALF_TOPIC, queue_id=resolution.half_queue_id
         ).values_list("body", flat=True)
-        if resolution.half_queue_offset in parse_op_body(body)
+        if resolution.half_queue_offset in op_body_parse(body).offsets
     ]
     assert len(naming) == 1
     assert transactions_rebuild(dry_run=True).differences == []

@@ -1,0 +1,194 @@
+"""How a PREPARED transaction ends: resolved (commit or rollback, by its producer, a check
+answer or an operator) or discarded by the scan; and the journal and announcement of every
+change of a transaction (RocketMQ EndTransactionProcessor.endMessageTransaction,
+TransactionalMessageServiceImpl.deletePrepareMessage,
+AbstractTransactionalMessageCheckListener.resolveDiscardMsg).
+
+Every function here runs inside the caller's database transaction with the transaction row
+locked (``broker.services.transactions.transaction_get_locked``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from broker.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    PROPERTY_DISCARD_REASON,
+    PROPERTY_HALF_QUEUE_OFFSET,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+    SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+    SYS_FLAG_TRANSACTION_NOT_TYPE,
+)
+from broker.events import TransactionChange, transaction_change_publish
+from broker.models import Message, Resolution, Transaction, TransactionEvent, now_ms
+from broker.rules.states import (
+    ResolvedBy,
+    ResolvingAction,
+    TransactionState,
+    resolution_of_action,
+    state_of_action,
+)
+from broker.services.ops import op_buffer_note
+from broker.services.storage import message_copy
+
+logger = logging.getLogger("halfmoon.transactions")
+
+# Properties stripped when a half message is re-stored on its real topic
+# (EndTransactionProcessor.endMessageTransaction clears REAL_TOPIC and REAL_QID).
+_HALF_ONLY_PROPERTIES = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID, PROPERTY_TRANSACTION_PREPARED)
+
+
+def transaction_resolve_locked(
+    tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str
+) -> None:
+    """Deliver (commit) or drop (rollback) a transaction and journal its resolution for the
+    Op log: the one place a transaction is resolved (producers, checks and operators).
+
+    A commit copies the half message (``message_copy``) to its real topic and queue, without
+    the half-only properties (REAL_TOPIC, REAL_QID, TRAN_MSG) and with ``sys_flag``
+    TRANSACTION_COMMIT_TYPE; a rollback delivers nothing. Either way a ``Resolution`` row is
+    written, from which ``broker.services.ops.op_flush`` writes the Op message (RIP-50) after
+    this database transaction commits.
+
+    ``tx`` must be PREPARED (or DISCARDED, for an operator) and locked with
+    ``select_for_update`` inside the caller's database transaction; ``resolved_by`` is one of
+    ``ResolvedBy``. The unique constraints on ``Resolution`` and
+    ``Message.prepared_transaction_offset`` refuse a second resolution (IntegrityError).
+
+    Raises:
+        KeyError: ``action`` is not ``commit`` or ``rollback``.
+    """
+    now = now_ms()
+    state = state_of_action(action)
+    if state == TransactionState.COMMITTED:
+        half = Message.objects.get(pk=tx.half_commit_log_offset)
+        props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPERTIES}
+        delivered = message_copy(
+            half,
+            topic=tx.topic,
+            queue_id=tx.queue_id,
+            properties=props,
+            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+            prepared_transaction_offset=half.commit_log_offset,
+        )
+        tx.queue_offset = delivered.queue_offset
+    Resolution.objects.create(
+        transaction=tx,
+        half_queue_id=tx.half_queue_id,
+        half_queue_offset=tx.half_queue_offset,
+        action=resolution_of_action(action),
+        resolved_by=resolved_by,
+        reason=reason,
+        resolved_timestamp=now,
+    )
+    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
+    _transaction_close(tx, state=state, resolved_by=resolved_by, now=now, also=["queue_offset"])
+    transaction_announce(tx, "resolved")
+
+
+def transaction_discard(tx: Transaction, *, reason: str) -> None:
+    """Discard a locked PREPARED transaction: copy its half message to
+    ``TRANS_CHECK_MAX_TIME_TOPIC`` and mark it DISCARDED (RocketMQ
+    ``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``, 4.5.2+). Never delivered;
+    an operator may still commit or roll it back.
+
+    The copy (``message_copy``, ``sys_flag`` TRANSACTION_NOT_TYPE, queue 0) carries the half
+    message's properties plus TRANSACTION_CHECK_TIMES, DISCARD_REASON and HALF_QUEUE_OFFSET.
+    A ``discarded`` event (actor ``scan``, outcome the reason) is journalled and announced.
+
+    Runs inside the caller's database transaction with ``tx`` locked (select_for_update).
+    ``reason`` is a ``DiscardReason`` (``check_max`` or ``file_reserved_time``).
+    """
+    now = now_ms()
+    half = Message.objects.get(pk=tx.half_commit_log_offset)
+    props = {
+        **half.properties,
+        PROPERTY_TRANSACTION_CHECK_TIMES: str(tx.check_times),
+        PROPERTY_DISCARD_REASON: reason,
+        PROPERTY_HALF_QUEUE_OFFSET: str(tx.half_queue_offset),
+    }
+    message_copy(
+        half,
+        topic=CHECK_MAX_TIME_TOPIC,
+        queue_id=0,
+        properties=props,
+        sys_flag=SYS_FLAG_TRANSACTION_NOT_TYPE,
+        system_queue_nums=1,
+    )
+    tx.discard_reason = reason
+    _transaction_close(
+        tx,
+        state=TransactionState.DISCARDED,
+        resolved_by=ResolvedBy.DISCARD,
+        now=now,
+        also=["discard_reason"],
+    )
+    transaction_event_record(
+        tx, TransactionEvent.Kind.DISCARDED, timestamp=now, actor="scan", outcome=reason
+    )
+    transaction_announce(tx, "discarded")
+    logger.info("discarded %s after %d checks (%s)", tx.transaction_id, tx.check_times, reason)
+
+
+def _transaction_close(
+    tx: Transaction, *, state: str, resolved_by: str, now: int, also: list[str]
+) -> None:
+    """Save ``tx`` as no longer PREPARED: its new ``state``, who ended it and when (ms), and no
+    next check; ``also`` names the other fields the caller changed."""
+    tx.state = state
+    tx.resolved_by = resolved_by
+    tx.resolved_timestamp = now
+    tx.next_check_timestamp = None
+    tx.save(
+        update_fields=["state", "resolved_by", "resolved_timestamp", "next_check_timestamp", *also]
+    )
+
+
+def transaction_event_record(
+    tx: Transaction,
+    kind: str,
+    *,
+    timestamp: int,
+    actor: str,
+    outcome: str = "",
+    detail: dict[str, Any] | None = None,
+) -> TransactionEvent:
+    """Append a ``TransactionEvent`` of ``kind`` (a ``TransactionEvent.Kind``) for ``tx`` to
+    the check and operator journal, with the transaction's current ``check_times``.
+
+    ``timestamp`` is in ms; ``actor`` says who (``scan``, ``check``, ``operator:<key name>``);
+    ``outcome`` and ``detail`` as the model documents them for each kind.
+    """
+    return TransactionEvent.objects.create(
+        transaction_id=tx.pk,
+        kind=kind,
+        timestamp=timestamp,
+        check_times=tx.check_times,
+        outcome=outcome,
+        actor=actor,
+        detail=detail or {},
+    )
+
+
+def transaction_announce(tx: Transaction, kind: str) -> None:
+    """After the current database transaction commits, announce that ``tx`` changed
+    (``broker.events``; the console relays it). ``kind``: resolved, discarded, resumed,
+    check_sent, check_undelivered. Nothing is announced for a write that rolls back."""
+    event = TransactionChange(
+        type="transaction.event",
+        kind=kind,
+        transaction_id=tx.transaction_id,
+        producer_group=tx.producer_group,
+        topic=tx.topic,
+        state=tx.state,
+        check_times=tx.check_times,
+        timestamp=now_ms(),
+    )
+    transaction.on_commit(lambda: transaction_change_publish(event))

@@ -1,0 +1,1 @@
+"""Runnable examples of the client (``python -m halfmoon_client.examples.<name>``)."""

@@ -1,0 +1,299 @@
+"""``TransactionProducer``: RocketMQ's ``TransactionMQProducer`` over HTTP.
+
+Send a half message, run the local transaction, end it; answer back-checks either by serving
+a small HTTP endpoint (``check_mode="serve"``, the group's ``check_url``, see
+``check_server``) or by long-polling the broker for check requests (``check_mode="poll"``,
+see ``check_poller``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+from typing import Any, Literal
+
+from halfmoon_client.check_poller import CheckPoller
+from halfmoon_client.check_server import CHECK_PATH, CheckServer
+from halfmoon_client.errors import HalfmoonError
+from halfmoon_client.listener import CheckCallback, TransactionListener
+from halfmoon_client.messages import Message, MessageView, SendResult, TransactionSendResult
+from halfmoon_client.states import LocalTransactionState
+from halfmoon_client.transport import DEFAULT_TIMEOUT_S, ClientBase, JsonApi, transaction_end
+from halfmoon_client.transport import path_segment as _seg
+
+logger = logging.getLogger("halfmoon.client")
+
+
+class TransactionProducer(ClientBase):
+    """A transactional producer (RocketMQ ``TransactionMQProducer``).
+
+    Args:
+        base_url: the broker, e.g. ``"http://127.0.0.1:8000"``.
+        token: an access key with this producer group (or an admin key).
+        producer_group: the group the half messages are sent for.
+        listener: runs local transactions and answers back-checks.
+        check_mode: ``"serve"``: ``start()`` serves ``POST /check`` on
+            ``check_host:check_port`` (0 picks a free port); register ``check_url`` on the
+            group (``HalfmoonAdmin.create_producer_group`` / ``update_producer_group``).
+            ``"poll"``: ``start()`` runs a thread that long-polls the group's check requests
+            (the group must have no ``check_url``).
+        check_host, check_port: where the check endpoint listens (serve mode).
+        check_secret: the group's ``check_secret``; back-checks without a valid signature get
+            401 and never reach the listener. Required in serve mode, settable after
+            construction (``producer.check_secret = ...``) for a group created after ``start()``.
+        on_check: called with (msg_view, answered state) after each back-check, e.g. to log it;
+            its exceptions are logged and ignored.
+        poll_wait_ms: ``wait_ms`` of each long poll (poll mode, 0-30000).
+        timeout_s: per-request timeout in seconds.
+
+    Use ``start()`` / ``shutdown()`` or ``with TransactionProducer(...) as producer:``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        producer_group: str,
+        listener: TransactionListener,
+        *,
+        check_mode: Literal["serve", "poll"] = "serve",
+        check_host: str = "127.0.0.1",
+        check_port: int = 0,
+        check_secret: str | None = None,
+        on_check: CheckCallback | None = None,
+        poll_wait_ms: int = 10_000,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if check_mode not in ("serve", "poll"):
+            raise ValueError(f"check_mode must be 'serve' or 'poll', not {check_mode!r}")
+        if not 0 <= poll_wait_ms <= 30_000:
+            raise ValueError("poll_wait_ms must be between 0 and 30000")
+        super().__init__(base_url, token, timeout_s=timeout_s)
+        self.producer_group = producer_group
+        self.listener = listener
+        self.check_mode = check_mode
+        self.check_host = check_host
+        self.check_port = check_port
+        self.check_secret = check_secret
+        self.on_check = on_check
+        self.poll_wait_ms = poll_wait_ms
+        self._server: CheckServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self._poller: CheckPoller | None = None
+        self._started = False
+        self._closed = False
+
+    # lifecycle
+
+    def start(self) -> None:
+        """Start answering back-checks (serve: the HTTP endpoint; poll: the polling thread).
+
+        Raises:
+            RuntimeError: already started, or shut down (a producer is not restarted).
+            OSError: the check port cannot be bound.
+        """
+        if self._started:
+            raise RuntimeError("The producer is already started.")
+        if self._closed:
+            raise RuntimeError("The producer was shut down; make a new one.")
+        if self.check_mode == "serve" and not self.check_secret:
+            logger.warning("no check_secret yet: back-checks get 401 until it is set")
+        if self.check_mode == "serve":
+            server = CheckServer(
+                (self.check_host, self.check_port),
+                secret=lambda: self.check_secret,
+                answer=self._answer_check,
+            )
+            self._server = server
+            self.check_port = server.server_address[1]
+            self._server_thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.2},
+                name=f"halfmoon-check-server-{self.producer_group}",
+                daemon=True,
+            )
+            self._server_thread.start()
+        else:
+            api = JsonApi(self._base_url, self._token, timeout_s=self._timeout_s)
+            self._poller = CheckPoller(
+                api,
+                producer_group=self.producer_group,
+                wait_ms=self.poll_wait_ms,
+                answer=self._answer_check,
+            )
+            self._poller.start()
+        self._started = True
+
+    def shutdown(self) -> None:
+        """Stop answering back-checks and close connections. In poll mode this waits for the
+        current long poll to return (at most ``poll_wait_ms`` plus the request timeout).
+        Calling it again does nothing."""
+        if self._closed:
+            return
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._server_thread is not None:
+            self._server_thread.join(timeout=self._timeout_s)
+            self._server_thread = None
+        if self._poller is not None:
+            self._poller.stop(timeout_s=self.poll_wait_ms / 1000 + self._timeout_s + 1)
+            self._poller = None
+        self._started = False
+        self._closed = True
+        self.close()
+
+    def __enter__(self) -> TransactionProducer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    @property
+    def check_url(self) -> str:
+        """``http://check_host:port/check`` of the running check endpoint (serve mode).
+
+        Raises:
+            RuntimeError: not in serve mode, or not started.
+        """
+        if self.check_mode != "serve" or self._server is None:
+            raise RuntimeError("check_url exists once a serve-mode producer is started.")
+        host = self.check_host
+        if ":" in host:  # IPv6 literal
+            host = f"[{host}]"
+        return f"http://{host}:{self.check_port}{CHECK_PATH}"
+
+    # sending
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        """Send a half message, run the local transaction, end the transaction
+        (RocketMQ ``sendMessageInTransaction``).
+
+        1. ``POST /api/v1/transactions`` stores the half message (invisible to consumers).
+        2. On SEND_OK, ``listener.execute_local_transaction(msg, arg)`` runs with
+           ``msg.transaction_id`` set; an exception or a non-state answer counts as UNKNOW.
+        3. ``POST /api/v1/transactions/{id}/end`` reports commit, rollback or unknown. If
+           this fails, the result carries ``end_error`` and the back-check decides later.
+
+        Returns:
+            a ``TransactionSendResult``.
+
+        Raises:
+            HalfmoonError: the half message was refused (e.g. 404 ``topic_not_found``, 403,
+                413); the local transaction did not run.
+        """
+        body: dict[str, Any] = {"producer_group": self.producer_group, **msg.to_json()}
+        if msg.msg_id is not None:
+            body["msg_id"] = msg.msg_id
+        if msg.check_immunity_seconds is not None:
+            body["check_immunity_seconds"] = msg.check_immunity_seconds
+        status, half = self._api.request("POST", "/api/v1/transactions", json_body=body)
+        transaction_id = half["transaction_id"]
+        msg.transaction_id = transaction_id
+
+        local_exception: BaseException | None = None
+        try:
+            state = LocalTransactionState.coerce(self.listener.execute_local_transaction(msg, arg))
+        except Exception as exc:  # RocketMQ catches Throwable: the back-check will decide
+            logger.info("execute_local_transaction raised for %s", transaction_id, exc_info=True)
+            state = LocalTransactionState.UNKNOW
+            local_exception = exc
+
+        remark = None
+        if local_exception is not None:
+            remark = f"executeLocalTransactionBranch exception: {local_exception!r}"[:1024]
+        end: dict[str, Any] = {}
+        end_error: HalfmoonError | None = None
+        try:
+            end = self.end_transaction(transaction_id, state, remark=remark)
+        except HalfmoonError as exc:
+            logger.warning(
+                "local transaction %s is %s, but end failed: %s", transaction_id, state.value, exc
+            )
+            end_error = exc
+        return TransactionSendResult(
+            send_status=half.get("status", "SEND_OK"),
+            msg_id=half["msg_id"],
+            transaction_id=transaction_id,
+            commit_log_offset=half["commit_log_offset"],
+            half_queue_offset=half["half_queue_offset"],
+            created=status == 201,
+            local_transaction_state=state,
+            state=end.get("state"),
+            queue_id=end.get("queue_id"),
+            queue_offset=end.get("queue_offset"),
+            local_exception=local_exception,
+            end_error=end_error,
+        )
+
+    def end_transaction(
+        self,
+        transaction_id: str,
+        state: LocalTransactionState,
+        *,
+        from_transaction_check: bool = False,
+        remark: str | None = None,
+    ) -> dict[str, Any]:
+        """End a transaction of this group with ``state`` (RocketMQ END_TRANSACTION); the
+        answer and errors are ``halfmoon_client.transport.transaction_end``'s (e.g. 409
+        ``transaction_already_resolved``)."""
+        return transaction_end(
+            self._api,
+            producer_group=self.producer_group,
+            transaction_id=transaction_id,
+            state=state,
+            from_transaction_check=from_transaction_check,
+            remark=remark,
+        )
+
+    def get_transaction(self, transaction_id: str) -> dict[str, Any]:
+        """``GET /api/v1/transactions/{id}``: ``{"transaction_id", "state", "check_times",
+        "resolved_by", "born_timestamp", "resolved_timestamp", ...}``.
+
+        Raises:
+            HalfmoonError: 404 unknown id, 403 another group's transaction.
+        """
+        return self._api.request("GET", f"/api/v1/transactions/{_seg(transaction_id)}")[1]
+
+    def send(self, msg: Message) -> SendResult:
+        """Send a normal message, visible to consumers at once (RocketMQ ``send``).
+
+        Raises:
+            HalfmoonError: e.g. 404 ``topic_not_found``, 413 too large.
+        """
+        body = {"producer_group": self.producer_group, **msg.to_json()}
+        out = self._api.request("POST", "/api/v1/messages", json_body=body)[1]
+        return SendResult(
+            send_status=out["status"],
+            msg_id=out["msg_id"],
+            topic=out["topic"],
+            queue_id=out["queue_id"],
+            queue_offset=out["queue_offset"],
+            commit_log_offset=out["commit_log_offset"],
+        )
+
+    # back-checks
+
+    def _answer_check(self, view: MessageView) -> LocalTransactionState:
+        """Ask the listener about one back-check (an exception counts as UNKNOW)."""
+        try:
+            state = LocalTransactionState.coerce(self.listener.check_local_transaction(view))
+        except Exception:
+            logger.warning(
+                "check_local_transaction raised for %s", view.transaction_id, exc_info=True
+            )
+            state = LocalTransactionState.UNKNOW
+        if self.on_check is not None:
+            try:
+                self.on_check(view, state)
+            except Exception:
+                logger.warning("on_check raised", exc_info=True)
+        return state
