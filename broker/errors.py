@@ -85,6 +85,26 @@ def not_found(kind: NotFoundKind, name: str) -> NotFound:
     )
 
 
+ExistsKind = Literal["topic", "producer_group", "consumer_group", "access_key"]
+
+_EXISTS_LABEL: dict[ExistsKind, str] = {
+    "topic": "Topic",
+    "producer_group": "Producer group",
+    "consumer_group": "Consumer group",
+    "access_key": "Access key",
+}
+
+
+def already_exists(kind: ExistsKind, name: str) -> Conflict:
+    """The 409 for creating a ``kind`` named ``name`` that exists already: code
+    ``<kind>_exists``, message "<Kind> <name> already exists.", ``details`` ``{"name": name}``."""
+    return Conflict(
+        f"{_EXISTS_LABEL[kind]} {name} already exists.",
+        code=f"{kind}_exists",
+        details={"name": name},
+    )
+
+
 class TransactionAlreadyResolved(Conflict):
     """A commit or rollback that contradicts the transaction's state (api-v1, end)."""
 

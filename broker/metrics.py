@@ -8,7 +8,7 @@ the history (``broker.services.metrics`` folds the journals into a rollup,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -25,24 +25,28 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[object]:
         metrics_fold()
-        half = GaugeMetricFamily(
-            "rocketmq_half_messages", "Half messages not yet resolved", labels=["topic"]
+        yield _family(
+            GaugeMetricFamily,
+            "rocketmq_half_messages",
+            "Half messages not yet resolved",
+            "topic",
+            half_messages_by_topic(),
         )
-        for topic, n in half_messages_by_topic().items():
-            half.add_metric([topic], n)
-        yield half
-
         resolved = resolution_counts()
-        commits = CounterMetricFamily(
-            "rocketmq_commit_messages", "Transactions committed", labels=["topic"]
+        yield _family(
+            CounterMetricFamily,
+            "rocketmq_commit_messages",
+            "Transactions committed",
+            "topic",
+            resolved.commits,
         )
-        for topic, n in resolved.commits.items():
-            commits.add_metric([topic], n)
-        rollbacks = CounterMetricFamily(
-            "rocketmq_rollback_messages", "Transactions rolled back", labels=["topic"]
+        yield _family(
+            CounterMetricFamily,
+            "rocketmq_rollback_messages",
+            "Transactions rolled back",
+            "topic",
+            resolved.rollbacks,
         )
-        for topic, n in resolved.rollbacks.items():
-            rollbacks.add_metric([topic], n)
         latency = HistogramMetricFamily(
             "rocketmq_finish_message_latency",
             "Time from half message to its end (commit or rollback), seconds",
@@ -54,33 +58,46 @@ class BrokerCollector(Collector):
             ]
             buckets.append(("+Inf", totals.count))
             latency.add_metric([topic], buckets, sum_value=totals.sum_ms / 1000)
-        yield commits
-        yield rollbacks
         yield latency
 
         events = event_counts()
-        checks = CounterMetricFamily(
+        yield _family(
+            CounterMetricFamily,
             "halfmoon_checks",
             "Back-checks by outcome: the producer's answer (COMMIT_MESSAGE, ROLLBACK_MESSAGE, "
             "UNKNOW, ACCEPTED for 202, TIMEOUT, INVALID), POLLED (handed to a poller) or "
             "UNDELIVERED (not sent, not counted in check_times)",
-            labels=["outcome"],
+            "outcome",
+            events.checks,
         )
-        for outcome, n in events.checks.items():
-            checks.add_metric([outcome], n)
-        discarded = CounterMetricFamily(
-            "halfmoon_discarded", "Transactions discarded by the check scan", labels=["reason"]
+        yield _family(
+            CounterMetricFamily,
+            "halfmoon_discarded",
+            "Transactions discarded by the check scan",
+            "reason",
+            events.discards,
         )
-        for reason, n in events.discards.items():
-            discarded.add_metric([reason], n)
-        operator = CounterMetricFamily(
-            "halfmoon_operator_actions", "Operator resolutions and resumes", labels=["kind"]
+        yield _family(
+            CounterMetricFamily,
+            "halfmoon_operator_actions",
+            "Operator resolutions and resumes",
+            "kind",
+            events.operator,
         )
-        for label, n in events.operator.items():
-            operator.add_metric([label], n)
-        yield checks
-        yield discarded
-        yield operator
+
+
+def _family(
+    cls: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    documentation: str,
+    label: str,
+    values: Mapping[str, int],
+) -> GaugeMetricFamily | CounterMetricFamily:
+    """A gauge or counter family with one sample per ``label`` value."""
+    family = cls(name, documentation, labels=[label])
+    for value, n in values.items():
+        family.add_metric([value], n)
+    return family
 
 
 REGISTRY = CollectorRegistry(auto_describe=False)

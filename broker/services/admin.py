@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import IntegrityError, transaction
 
 from broker.conf import conf
 from broker.constants import NAME_PATTERN
-from broker.errors import Conflict, InvalidInput, NotFound, not_found
+from broker.errors import ExistsKind, InvalidInput, NotFound, already_exists, not_found
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 
@@ -126,6 +128,17 @@ def _consume_queues_ensure(topic: str, queue_nums: int) -> None:
     )
 
 
+@contextmanager
+def _created_once(kind: ExistsKind, name: str) -> Iterator[None]:
+    """Run the creation of a ``kind`` named ``name`` in its own database transaction; a
+    unique-name violation (a concurrent or repeated create) becomes ``already_exists``."""
+    try:
+        with transaction.atomic():
+            yield
+    except IntegrityError as exc:
+        raise already_exists(kind, name) from exc
+
+
 def topic_create(*, name: str, queue_nums: int) -> Topic:
     """Create a topic with ``queue_nums`` queues (1-1024) and their consume queues.
 
@@ -135,14 +148,9 @@ def topic_create(*, name: str, queue_nums: int) -> Topic:
     """
     topic_name_validate(name)
     queue_nums_validate(queue_nums)
-    try:
-        with transaction.atomic():
-            topic = Topic.objects.create(name=name, queue_nums=queue_nums)
-            _consume_queues_ensure(name, queue_nums)
-    except IntegrityError as exc:
-        raise Conflict(
-            f"Topic {name} already exists.", code="topic_exists", details={"name": name}
-        ) from exc
+    with _created_once("topic", name):
+        topic = Topic.objects.create(name=name, queue_nums=queue_nums)
+        _consume_queues_ensure(name, queue_nums)
     return topic
 
 
@@ -178,17 +186,10 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
         InvalidInput: bad name. Conflict: ``producer_group_exists``.
     """
     group_name_validate("producer group", name)
-    try:
-        with transaction.atomic():
-            return ProducerGroup.objects.create(
-                name=name, check_url=check_url or None, check_secret=secrets.token_hex(32)
-            )
-    except IntegrityError as exc:
-        raise Conflict(
-            f"Producer group {name} already exists.",
-            code="producer_group_exists",
-            details={"name": name},
-        ) from exc
+    with _created_once("producer_group", name):
+        return ProducerGroup.objects.create(
+            name=name, check_url=check_url or None, check_secret=secrets.token_hex(32)
+        )
 
 
 def producer_group_update(*, name: str, check_url: str | None) -> ProducerGroup:
@@ -215,15 +216,8 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     group_name_validate("consumer group", name)
     attempts = max_delivery_attempts or conf.max_delivery_attempts
     max_delivery_attempts_validate(attempts)
-    try:
-        with transaction.atomic():
-            return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
-    except IntegrityError as exc:
-        raise Conflict(
-            f"Consumer group {name} already exists.",
-            code="consumer_group_exists",
-            details={"name": name},
-        ) from exc
+    with _created_once("consumer_group", name):
+        return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
 
 
 def consumer_group_update(*, name: str, max_delivery_attempts: int) -> ConsumerGroup:
@@ -255,18 +249,15 @@ def access_key_create(
     """
     access_key_groups_validate([*(producer_groups or []), *(consumer_groups or [])])
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    try:
-        with transaction.atomic():
-            key = AccessKey.objects.create(
-                name=name,
-                token_prefix=token[:10],
-                token_hash=token_hash(token),
-                is_admin=is_admin,
-                producer_groups=sorted(set(producer_groups or [])),
-                consumer_groups=sorted(set(consumer_groups or [])),
-            )
-    except IntegrityError as exc:
-        raise Conflict(f"Access key {name} already exists.", code="access_key_exists") from exc
+    with _created_once("access_key", name):
+        key = AccessKey.objects.create(
+            name=name,
+            token_prefix=token[:10],
+            token_hash=token_hash(token),
+            is_admin=is_admin,
+            producer_groups=sorted(set(producer_groups or [])),
+            consumer_groups=sorted(set(consumer_groups or [])),
+        )
     return key, token
 
 
