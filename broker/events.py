@@ -24,6 +24,7 @@ from channels.layers import get_channel_layer
 logger = logging.getLogger("halfmoon.events")
 
 TRANSACTIONS_GROUP = "broker.transactions"
+BULK_ACTIONS_GROUP = "broker.bulk_actions"
 QUEUE_LIMIT = 10_000  # events waiting to be published; beyond it new events are dropped
 
 
@@ -31,7 +32,8 @@ class TransactionChange(TypedDict):
     """``{"type": "transaction.event", ...}``: a transaction changed state or was checked."""
 
     type: Literal["transaction.event"]
-    kind: str  # resolved | discarded | resumed | check_sent | check_undelivered
+    kind: str  # prepared | resolved | discarded | resumed | check_sent | check_undelivered
+    # | check_requested (an operator's "check now")
     transaction_id: str
     producer_group: str
     topic: str
@@ -40,24 +42,38 @@ class TransactionChange(TypedDict):
     timestamp: int
 
 
+class BulkActionProgress(TypedDict):
+    """``{"type": "bulk.progress", ...}``: a bulk operator action over a frozen set of
+    transactions moved on (``state``: running | done; ``counts`` by per-transaction result:
+    done, already_ended, failed)."""
+
+    type: Literal["bulk.progress"]
+    bulk_id: int
+    action: str
+    state: str
+    total: int
+    processed: int
+    counts: dict[str, int]
+    timestamp: int
+
+
+Announcement = TransactionChange | BulkActionProgress
+
+
 class _Publisher:
     """One daemon thread per process that sends queued events to the channel layer."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[TransactionChange] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._queue: queue.Queue[tuple[str, Announcement]] = queue.Queue(maxsize=QUEUE_LIMIT)
         self._pid: int | None = None
         self._lock = threading.Lock()
 
-    def submit(self, event: TransactionChange) -> None:
+    def submit(self, group: str, event: Announcement) -> None:
         self._ensure_thread()
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((group, event))
         except queue.Full:
-            logger.warning(
-                "transaction change queue full: dropped %s of %s",
-                event["kind"],
-                event["transaction_id"],
-            )
+            logger.warning("announcement queue full: dropped %s to %s", event["type"], group)
 
     def _ensure_thread(self) -> None:
         # A forked child (Celery prefork) inherits no thread: start one per process id.
@@ -76,18 +92,13 @@ class _Publisher:
         loop = asyncio.new_event_loop()
         layer = get_channel_layer()
         while True:
-            event = events.get()
+            group, event = events.get()
             if layer is None:
                 continue
             try:
-                loop.run_until_complete(layer.group_send(TRANSACTIONS_GROUP, event))
+                loop.run_until_complete(layer.group_send(group, event))
             except Exception:  # noqa: BLE001 - best effort, see module docstring
-                logger.warning(
-                    "could not publish %s of %s",
-                    event["kind"],
-                    event["transaction_id"],
-                    exc_info=True,
-                )
+                logger.warning("could not publish %s to %s", event["type"], group, exc_info=True)
 
 
 _publisher = _Publisher()
@@ -98,4 +109,12 @@ def transaction_change_publish(event: TransactionChange) -> None:
 
     Returns at once; the background thread sends it.
     """
-    _publisher.submit(event)
+    _publisher.submit(TRANSACTIONS_GROUP, event)
+
+
+def bulk_action_progress_publish(event: BulkActionProgress) -> None:
+    """Queue ``event`` for every subscriber of ``BULK_ACTIONS_GROUP`` (``broker.bulk_actions``).
+
+    Returns at once; the background thread sends it.
+    """
+    _publisher.submit(BULK_ACTIONS_GROUP, event)

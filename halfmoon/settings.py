@@ -55,6 +55,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "halfmoon.urls"
+LOGIN_URL = "console:login"
+LOGIN_REDIRECT_URL = "console:overview"
+LOGOUT_REDIRECT_URL = "console:login"
 WSGI_APPLICATION = "halfmoon.wsgi.application"
 ASGI_APPLICATION = "halfmoon.asgi.application"
 
@@ -68,6 +71,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.permissions.console_context",
             ],
         },
     },

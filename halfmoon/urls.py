@@ -1,10 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from broker.api import ops
 
 urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="console:overview"), name="root"),
+    path("console/", include("console.urls")),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

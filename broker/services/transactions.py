@@ -156,6 +156,7 @@ def transaction_prepare(
                 born_timestamp=half.born_timestamp,
                 next_check_timestamp=half.born_timestamp + immunity_ms,
             )
+            transaction_announce(tx, "prepared")
     except IntegrityError:
         # The msg_id is stored already (a retry, or a concurrent send that won): the half
         # message written above rolled back with the failed insert; answer the stored one.

@@ -1,0 +1,7 @@
+"""Console pages: overview."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []

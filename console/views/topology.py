@@ -1,0 +1,7 @@
+"""Console pages: topology."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []
