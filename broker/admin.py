@@ -375,3 +375,19 @@ class MetricWatermarkAdmin(ReadOnlyAdmin):
 class MetricRollupAdmin(ReadOnlyAdmin):
     list_display = ["source", "kind", "label", "count", "sum_ms"]
     list_filter = ["source", "kind"]
+
+
+@admin.register(models.AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The operators' audit log: append-only, view-only here."""
+
+    list_display = ["id", "timestamp", "actor", "via", "action", "state", "total", "result"]
+    list_filter = ["action", "via", "state"]
+    search_fields = ["actor", "reason"]
+
+
+@admin.register(models.AuditTarget)
+class AuditTargetAdmin(ReadOnlyAdmin):
+    list_display = ["entry", "transaction_id", "result"]
+    list_filter = ["result"]
+    search_fields = ["transaction_id"]

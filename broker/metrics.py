@@ -80,7 +80,7 @@ class BrokerCollector(Collector):
         yield _family(
             CounterMetricFamily,
             "halfmoon_operator_actions",
-            "Operator resolutions and resumes",
+            "Operator resolutions, resumes and check-now requests",
             "kind",
             events.operator,
         )

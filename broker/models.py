@@ -242,6 +242,8 @@ class Transaction(models.Model):
             models.Index(fields=["producer_group", "state"], name="transaction_group_state"),
             models.Index(fields=["topic", "state"], name="transaction_topic_state"),
             models.Index(fields=["state", "born_timestamp"], name="transaction_state_born"),
+            # The console's overview (broker.selectors_overview) reads the last hour's ends.
+            models.Index(fields=["resolved_timestamp"], name="transaction_resolved_time"),
         ]
 
     def __str__(self) -> str:
@@ -303,6 +305,7 @@ class TransactionEvent(models.Model):
         DISCARDED = "discarded"
         RESUMED = "resumed"
         RESOLVED = "resolved"
+        CHECK_REQUESTED = "check_requested"  # an operator's "check now" (not a check)
 
     transaction_id = models.CharField(max_length=64)
     kind = models.CharField(max_length=24, choices=Kind.choices)
@@ -313,10 +316,13 @@ class TransactionEvent(models.Model):
         blank=True,
         default="",
         help_text="check_sent: COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW, ACCEPTED (202) or TIMEOUT; "
-        "discarded: its reason; resolved: COMMIT or ROLLBACK",
+        "discarded: its reason; resolved: COMMIT or ROLLBACK; check_requested: empty",
     )
     actor = models.CharField(
-        max_length=160, blank=True, default="", help_text="Who: check, scan, operator key"
+        max_length=160,
+        blank=True,
+        default="",
+        help_text="Who: check, scan, operator:<access key name>, console:<username>",
     )
     detail = models.JSONField(default=dict, blank=True)
 
@@ -325,6 +331,8 @@ class TransactionEvent(models.Model):
         indexes = [
             models.Index(fields=["transaction_id", "timestamp"], name="event_transaction_time"),
             models.Index(fields=["kind", "outcome"], name="event_kind_outcome"),
+            # The console's overview (broker.selectors_overview) reads the last hour's discards.
+            models.Index(fields=["kind", "timestamp"], name="event_kind_time"),
         ]
 
     def __str__(self) -> str:
@@ -460,3 +468,101 @@ class MetricRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source} {self.kind} {self.label}: {self.count}"
+
+
+class AuditEntry(models.Model):
+    """One operator action, through the console or the API: who, when, what, why and with what
+    result (``broker.services.audit``). The operators' audit log, append-only.
+
+    A single action (commit, rollback, resume-check, check-now of one transaction) is written
+    once, in the same database transaction as the action it records (``state`` ``done``), or
+    after a refusal (``state`` ``refused``, ``result`` says what ended the transaction), and
+    never changes. A bulk action (``bulk-*``) is written at its preview with the frozen set of
+    transactions it will change as its ``AuditTarget`` rows; afterwards only its progress
+    fields change, forward only (``broker.services.bulk``): ``state`` (previewed, queued,
+    running, done), ``result``, ``processed``, ``counts``, ``applied_by``,
+    ``applied_timestamp`` and ``finished_timestamp``. Nothing deletes an entry.
+    """
+
+    class Via(models.TextChoices):
+        CONSOLE = "console"
+        API = "api"
+
+    class Action(models.TextChoices):
+        COMMIT = "commit"
+        ROLLBACK = "rollback"
+        RESUME_CHECK = "resume-check"
+        CHECK_NOW = "check-now"
+        BULK_COMMIT = "bulk-commit"
+        BULK_ROLLBACK = "bulk-rollback"
+        BULK_RESUME_CHECK = "bulk-resume-check"
+
+    class State(models.TextChoices):
+        DONE = "done"
+        REFUSED = "refused"
+        PREVIEWED = "previewed"
+        QUEUED = "queued"
+        RUNNING = "running"
+
+    timestamp = models.BigIntegerField(default=now_ms)
+    actor = models.CharField(
+        max_length=160, help_text="operator:<access key name> (API) or console:<username>"
+    )
+    via = models.CharField(max_length=8, choices=Via.choices)
+    action = models.CharField(max_length=24, choices=Action.choices)
+    reason = models.TextField()
+    state = models.CharField(max_length=16, choices=State.choices)
+    result = models.CharField(max_length=512, blank=True, default="", help_text="Summary")
+    scope = models.JSONField(
+        default=dict, blank=True, help_text="Bulk: the selection or the filter it was made from"
+    )
+    total = models.PositiveIntegerField(default=0, help_text="Transactions targeted")
+    processed = models.PositiveIntegerField(default=0, help_text="Targets no longer pending")
+    counts = models.JSONField(default=dict, blank=True, help_text="Targets by result")
+    applied_by = models.CharField(max_length=160, blank=True, default="")
+    applied_timestamp = models.BigIntegerField(null=True, blank=True)
+    finished_timestamp = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [
+            # The audit page (broker.selectors_audit) filters these, newest first.
+            models.Index(fields=["actor", "-id"], name="audit_actor"),
+            models.Index(fields=["action", "-id"], name="audit_action"),
+            models.Index(fields=["timestamp"], name="audit_timestamp"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.actor} {self.action} ({self.state})"
+
+
+class AuditTarget(models.Model):
+    """One transaction an audit entry acted on, and what happened to it: ``done``,
+    ``already_ended`` (``detail`` says what ended it), ``failed`` (``detail.error``) or, for a
+    bulk not yet applied to it, ``pending``. ``result`` and ``detail`` change once, from
+    ``pending`` to the outcome; a target that is no longer pending is never acted on again."""
+
+    class Result(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        ALREADY_ENDED = "already_ended"
+        FAILED = "failed"
+
+    entry = models.ForeignKey(AuditEntry, on_delete=models.PROTECT, related_name="targets")
+    transaction_id = models.CharField(max_length=64)
+    result = models.CharField(max_length=16, choices=Result.choices, default=Result.PENDING)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "transaction_id"], name="one_audit_target")
+        ]
+        indexes = [
+            models.Index(fields=["transaction_id", "-entry"], name="audit_target_transaction"),
+            models.Index(fields=["entry", "result", "id"], name="audit_target_result"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.entry_id} {self.transaction_id} {self.result}"

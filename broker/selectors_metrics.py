@@ -32,6 +32,7 @@ RESOLVED_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 OPERATOR_ACTIONS = (
     *(f"{TransactionEvent.Kind.RESOLVED}:{action}" for action in ResolutionAction.values),
     str(TransactionEvent.Kind.RESUMED),
+    str(TransactionEvent.Kind.CHECK_REQUESTED),
 )
 _CHECK_KINDS = (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UNDELIVERED)
 

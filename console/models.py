@@ -21,3 +21,6 @@ class ConsoleAccess(models.Model):
             ("operate_console", "Can act on transactions in the console"),
             ("manage_console", "Can manage topics and groups in the console"),
         ]
+
+    def __str__(self) -> str:
+        return "console access"

@@ -16,7 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler400 = "broker.api.exceptions.bad_request_view"
-handler403 = "broker.api.exceptions.permission_denied_view"
-handler404 = "broker.api.exceptions.not_found_view"
-handler500 = "broker.api.exceptions.server_error_view"
+handler400 = "halfmoon.errors.handler400"
+handler403 = "halfmoon.errors.handler403"
+handler404 = "halfmoon.errors.handler404"
+handler500 = "halfmoon.errors.handler500"

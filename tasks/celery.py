@@ -10,7 +10,7 @@ from celery.signals import import_modules
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
-app = Celery("halfmoon", include=["tasks.checks", "tasks.ops"])
+app = Celery("halfmoon", include=["tasks.checks", "tasks.ops", "tasks.console"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 

@@ -19,7 +19,7 @@ from broker.constants import (
 from broker.models import ConsumerGroup, Message, ProducerGroup, Topic, Transaction
 from broker.rules.states import END_ACTIONS, RESOLVING_ACTIONS, TransactionState
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
-from broker.services.operator import REASON_MAX_LENGTH
+from broker.services.audit import REASON_MAX_LENGTH
 
 name_validator = RegexValidator(
     NAME_PATTERN,
@@ -117,6 +117,19 @@ class TransactionResolveInputSerializer(TransactionResolveInSerializer):
         allow_blank=True,
         default=None,
         max_length=REASON_MAX_LENGTH,
+    )
+
+
+class TransactionResumeCheckInSerializer(serializers.Serializer):
+    """An operator's resume-check (admin key): the body is optional (api-v1), its reason too."""
+
+    reason = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=REASON_MAX_LENGTH,
+        help_text="Why (optional): kept in the audit log with the access key's name.",
     )
 
 
@@ -373,3 +386,24 @@ class CheckRequestOutSerializer(MessageContentSerializer):
 
 class CheckRequestsOutSerializer(serializers.Serializer):
     check_requests = CheckRequestOutSerializer(many=True)
+
+
+class TimelineEntrySerializer(serializers.Serializer):
+    """One fact of a transaction's history (``broker.selectors_console.TimelineEntry``):
+    ``timestamp`` ms since the epoch (null when not journalled), ``kind``, ``title``,
+    ``actor`` (who caused it, or "") and the journal's ``detail``."""
+
+    timestamp = serializers.IntegerField(allow_null=True)
+    kind = serializers.CharField()
+    title = serializers.CharField()
+    actor = serializers.CharField(allow_blank=True)
+    detail = serializers.DictField()
+
+
+class TransactionTimelineOutSerializer(serializers.Serializer):
+    """``GET /api/v1/transactions/{id}/timeline``: the transaction's id and current state, and
+    its timeline, oldest first."""
+
+    transaction_id = serializers.CharField()
+    state = serializers.CharField()
+    timeline = TimelineEntrySerializer(many=True)

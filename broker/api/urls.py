@@ -23,6 +23,11 @@ _ROUTES = [
     ("transactions/<str:transaction_id>", views.TransactionDetailView, "transaction-detail"),
     ("transactions/<str:transaction_id>/end", views.TransactionEndView, "transaction-end"),
     (
+        "transactions/<str:transaction_id>/timeline",
+        views.TransactionTimelineView,
+        "transaction-timeline",
+    ),
+    (
         "transactions/<str:transaction_id>/resolve",
         views.TransactionResolveView,
         "transaction-resolve",

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
-from broker import selectors
+from broker import selectors, selectors_console
 from broker.api import serializers as s
 from broker.api.permissions import (
     IsAdminKey,
@@ -276,15 +276,39 @@ class TransactionListCreateView(APIView):
         return paginator.get_paginated_response(s.TransactionOutSerializer(page, many=True).data)
 
 
+def _transaction_readable(request: Request, transaction_id: str) -> Any:
+    """The transaction, if this access key may read it (an admin key, or a key of its
+    producer group). Raises NotFound (404), Forbidden (403)."""
+    tx = selectors.transaction_get(transaction_id)
+    if not request.user.may_produce(tx.producer_group):
+        raise Forbidden("This access key may not read this producer group's transactions.")
+    return tx
+
+
 class TransactionDetailView(APIView):
     @extend_schema(
         responses={200: s.TransactionOutSerializer, **_errors(404)}, summary="One transaction"
     )
     def get(self, request: Request, transaction_id: str) -> Response:
-        tx = selectors.transaction_get(transaction_id)
-        if not request.user.may_produce(tx.producer_group):
-            raise Forbidden("This access key may not read this producer group's transactions.")
+        tx = _transaction_readable(request, transaction_id)
         return Response(s.TransactionOutSerializer(tx).data)
+
+
+class TransactionTimelineView(APIView):
+    @extend_schema(
+        responses={200: s.TransactionTimelineOutSerializer, **_errors(404)},
+        summary="A transaction's timeline from the broker's journals (addition to api-v1)",
+        description="Half message stored, each back-check with its answer and latency, "
+        "undelivered checks, discard, resume, the end and who sent it (producer, check answer, "
+        "operator with reason), the delivered message and each consumer group's delivery. "
+        "Oldest first; entries whose time is not journalled (acks) have timestamp null and "
+        "come last. Readable by the keys that may read the transaction.",
+    )
+    def get(self, request: Request, transaction_id: str) -> Response:
+        tx = _transaction_readable(request, transaction_id)
+        timeline = selectors_console.transaction_timeline(tx.transaction_id)
+        out = {"transaction_id": tx.transaction_id, "state": tx.state, "timeline": timeline}
+        return Response(s.TransactionTimelineOutSerializer(out).data)
 
 
 class TransactionEndView(APIView):
@@ -323,8 +347,10 @@ class TransactionResolveView(APIView):
             "topic and queue with its msg_id, rollback drops it; `resolved_by` becomes "
             "`operator`. The reason is required (400 `reason_required` when missing, null or "
             "blank) and kept in the audit trail with the access key's name. 409 "
-            "`transaction_already_resolved` (with `details.state`) if it is COMMITTED or "
-            "ROLLED_BACK, a repeat of this call included: nothing is delivered twice."
+            "`transaction_already_resolved` (with `details.state`, and what ended it: "
+            "`resolved_by`, `resolved_timestamp`, `actor`, `reason`, `ended_by`) if it is "
+            "COMMITTED or ROLLED_BACK, a repeat of this call included: nothing is delivered "
+            "twice. Every call is in the audit log."
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
@@ -342,7 +368,7 @@ class TransactionResumeCheckView(APIView):
     permission_classes = [IsAdminKey]
 
     @extend_schema(
-        request=None,
+        request=s.TransactionResumeCheckInSerializer,
         responses={200: s.TransactionOutSerializer, **_errors(404, 409)},
         summary="Resume the back-checks of a DISCARDED transaction (admin key)",
         description=(
@@ -350,12 +376,16 @@ class TransactionResumeCheckView(APIView):
             "queue and the transaction is PREPARED again with `check_times` 0, checked at the "
             "next scan. Its `born_timestamp` is kept, so one older than "
             "HALFMOON_FILE_RESERVED_HOURS is discarded again at once. 409 "
-            "`transaction_not_discarded` (with `details.state`) otherwise."
+            "`transaction_not_discarded` (with `details.state`, and for an ended transaction "
+            "what ended it) otherwise. An optional `reason` is kept in the audit log."
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
+        data = _valid(s.TransactionResumeCheckInSerializer, request.data or {})
         tx = operator.transaction_resume_check(
-            transaction_id=transaction_id, actor=_operator_actor(request)
+            transaction_id=transaction_id,
+            actor=_operator_actor(request),
+            reason=data["reason"],
         )
         return Response(s.TransactionOutSerializer(tx).data)
 

@@ -1,7 +1,12 @@
-"""Operator actions on a transaction: resolve it by hand, or resume its back-checks
-(RocketMQ's admin ``resumeCheckHalfMessage``; the console's commit and rollback buttons).
+"""Operator actions on a transaction: resolve it by hand, resume its back-checks (RocketMQ's
+admin ``resumeCheckHalfMessage``) or ask for a back-check now; the console's buttons and the
+API's operator endpoints.
 
-Both run in one database transaction with the transaction row locked
+Each needs a reason and is audited (``broker.services.audit``: an ``AuditEntry`` of the action,
+or, inside a bulk, the bulk's ``AuditTarget``); an action refused because the transaction has
+ended says what ended it (``TransactionAlreadyResolved`` / ``Conflict`` details
+``resolved_by``, ``resolved_timestamp``, ``actor``, ``reason``, ``ended_by``). All run in one
+database transaction with the transaction row locked
 (``SELECT ... FOR UPDATE``), so they serialise with producer ends, check answers and the
 check scan, and both leave evidence in the logs the derived state is rebuilt from
 (``broker.services.recovery``):
@@ -10,25 +15,39 @@ check scan, and both leave evidence in the logs the derived state is rebuilt fro
   message) as a producer's end, plus a ``TransactionEvent`` of kind ``resolved`` with the
   operator's reason: the audit trail;
 - a resume re-appends the half message to its half queue and writes a ``TransactionEvent`` of
-  kind ``resumed``, from which the check count starts again at 0.
+  kind ``resumed``, from which the check count starts again at 0;
+- a "check now" makes a PREPARED transaction due at once (``check_requested`` event); it is not
+  a check and does not count as one.
+
+The events' ``detail`` carries ``reason``, ``via`` (console | api) and ``audit_entry_id``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-
-from django.db import transaction
+from collections.abc import Callable
+from typing import Any
 
 from broker.conf import conf
 from broker.constants import HALF_TOPIC, SYS_FLAG_TRANSACTION_PREPARED_TYPE
-from broker.errors import Conflict, InvalidInput, TransactionAlreadyResolved
-from broker.models import CheckRequest, Message, Transaction, TransactionEvent, now_ms
+from broker.models import AuditEntry, CheckRequest, Message, Transaction, TransactionEvent, now_ms
 from broker.rules.states import (
     RESOLVING_ACTIONS,
     ResolvedBy,
     ResolvingAction,
     TransactionState,
     resolution_of_action,
+    state_of_action,
+)
+from broker.services.audit import (
+    ENDED_STATES,
+    NO_REASON_GIVEN,
+    actor_checked,
+    ended_refusal,
+    operator_action_audited,
+    reason_checked,
+    state_refusal,
 )
 from broker.services.resolution import (
     transaction_announce,
@@ -41,18 +60,17 @@ from broker.services.validation import action_validate
 
 logger = logging.getLogger("halfmoon.operator")
 
-
-REASON_MAX_LENGTH = 1024
-
-
-def _actor_checked(actor: str) -> str:
-    if not actor or not actor.strip():
-        raise ValueError("actor must name who acts, e.g. 'operator:<access key name>'")
-    return actor
+Via = AuditEntry.Via
 
 
 def transaction_operator_resolve(
-    *, transaction_id: str, action: ResolvingAction, reason: str, actor: str
+    *,
+    transaction_id: str,
+    action: ResolvingAction,
+    reason: str | None,
+    actor: str,
+    via: str = Via.API,
+    bulk: AuditEntry | None = None,
 ) -> Transaction:
     """Commit or roll back a PREPARED or DISCARDED transaction by hand, exactly once.
 
@@ -66,8 +84,12 @@ def transaction_operator_resolve(
         transaction_id: the transaction (= msg_id, UNIQ_KEY).
         action: ``"commit"`` or ``"rollback"``.
         reason: why, required (blank after stripping is refused); at most 1024 characters.
-            Kept in the ``Resolution`` row and in the audit event.
-        actor: who acts, e.g. ``"operator:<access key name>"`` (at most 160 characters).
+            Kept in the ``Resolution`` row, the event and the audit entry.
+        actor: who acts: ``"operator:<access key name>"`` (API) or ``"console:<username>"``
+            (at most 160 characters).
+        via: ``AuditEntry.Via``: ``api`` (default) or ``console``.
+        bulk: the bulk's ``AuditEntry`` when this is one target of a bulk action (no entry of
+            its own is written; the bulk records the result).
 
     Returns:
         the transaction after the resolution: ``state`` COMMITTED (with ``queue_offset`` of the
@@ -75,40 +97,31 @@ def transaction_operator_resolve(
         empty.
 
     Also writes ``TransactionEvent(kind="resolved", outcome="COMMIT"|"ROLLBACK", actor=actor,
-    detail={"reason", "previous_state"[, "discard_reason"]})``. ``discard_reason`` is cleared:
-    it describes the DISCARDED state only (the rebuild derives it empty for every resolved
-    transaction); the discard stays visible in its ``discarded`` event, in this event's detail
-    and in the copy on ``TRANS_CHECK_MAX_TIME_TOPIC``.
+    detail={"reason", "via", "audit_entry_id", "previous_state"[, "discard_reason"]})`` and an
+    ``AuditEntry`` (``broker.services.audit.operator_action_audited``). ``discard_reason`` is
+    cleared: it describes the DISCARDED state only (the rebuild derives it empty for every
+    resolved transaction); the discard stays visible in its ``discarded`` event, in this
+    event's detail and in the copy on ``TRANS_CHECK_MAX_TIME_TOPIC``.
 
     Raises:
         InvalidInput: ``invalid_action``; ``reason_required`` (missing or blank);
-            ``reason_too_long``. Checked before the transaction is looked up.
+            ``reason_too_long``. Checked before the transaction is looked up; not audited.
         NotFound: ``transaction_not_found``.
-        TransactionAlreadyResolved: 409 ``transaction_already_resolved`` with
-            ``details.state`` when it is COMMITTED or ROLLED_BACK, whoever resolved it, this
-            operator included: a second resolve delivers nothing.
+        TransactionAlreadyResolved: 409 ``transaction_already_resolved`` when it is COMMITTED
+            or ROLLED_BACK, whoever resolved it, this operator included (a second resolve
+            delivers nothing); ``details``: ``state``, ``resolved_by``, ``resolved_timestamp``,
+            ``resolved_at``, ``actor``, ``reason``, ``ended_by`` (``transaction_ended``).
     """
     action_validate(action, RESOLVING_ACTIONS)
-    reason = (reason or "").strip()
-    if not reason:
-        raise InvalidInput(
-            "An operator resolution needs a reason.",
-            code="reason_required",
-            details={"transaction_id": transaction_id},
-        )
-    if len(reason) > REASON_MAX_LENGTH:
-        raise InvalidInput(
-            f"The reason may be at most {REASON_MAX_LENGTH} characters.",
-            code="reason_too_long",
-            details={"max_length": REASON_MAX_LENGTH},
-        )
-    actor = _actor_checked(actor)
-    with transaction.atomic():
+    reason = reason_checked(reason, transaction_id=transaction_id)
+    actor = actor_checked(actor)
+
+    def apply(audit: dict[str, Any]) -> Transaction:
         tx = transaction_get_locked(transaction_id)
-        if tx.state in (TransactionState.COMMITTED, TransactionState.ROLLED_BACK):
-            raise TransactionAlreadyResolved(transaction_id, tx.state)
+        if tx.state in ENDED_STATES:
+            raise ended_refusal(tx)
         previous_state = tx.state
-        detail: dict[str, str] = {"reason": reason, "previous_state": previous_state}
+        detail: dict[str, Any] = {**audit, "previous_state": previous_state}
         if previous_state == TransactionState.DISCARDED:
             detail["discard_reason"] = tx.discard_reason
         transaction_resolve_locked(
@@ -125,14 +138,33 @@ def transaction_operator_resolve(
             outcome=resolution_of_action(action),
             detail=detail,
         )
-    logger.info(
-        "%s %s %s (was %s): %s", actor, action, transaction_id, previous_state, reason[:200]
+        logger.info(
+            "%s %s %s (was %s): %s", actor, action, transaction_id, previous_state, reason[:200]
+        )
+        return tx
+
+    return operator_action_audited(
+        action=action,
+        transaction_id=transaction_id,
+        actor=actor,
+        via=via,
+        reason=reason,
+        bulk=bulk,
+        done=state_of_action(action),
+        apply=apply,
     )
-    return tx
 
 
-def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
+def transaction_resume_check(
+    *,
+    transaction_id: str,
+    actor: str,
+    reason: str | None = None,
+    via: str = Via.API,
+    bulk: AuditEntry | None = None,
+) -> Transaction:
     """Put a DISCARDED transaction back under back-check (RocketMQ ``resumeCheckHalfMessage``).
+    Not a commit: the producer is asked again.
 
     As RocketMQ does, the half message is re-appended to the half queue: a copy of the current
     half message (same msg_id / UNIQ_KEY, body, tags, keys and properties, ``sys_flag``
@@ -151,31 +183,36 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
 
     The check count lives in the check journal, not in a property: the ``resumed`` event
     written here (``TransactionEvent(kind="resumed", actor=actor, detail={...})`` with the
-    previous check count, discard reason and half offsets) is where the rebuild starts
-    counting ``check_times`` again. The console is told (``resumed``).
+    previous check count, discard reason and half offsets, plus ``reason``, ``via`` and
+    ``audit_entry_id``) is where the rebuild starts counting ``check_times`` again. The
+    console is told (``resumed``). Audited as ``resume-check``.
 
     Args:
         transaction_id: the transaction (= msg_id, UNIQ_KEY).
-        actor: who acts, e.g. ``"operator:<access key name>"`` (at most 160 characters).
+        actor: who acts, as for ``transaction_operator_resolve``.
+        reason: why; required from the console. The API's resume-check (api-v1) does not
+            require one: without it ``NO_REASON_GIVEN`` is recorded.
+        via: ``api`` (default) or ``console``; ``bulk``: as for
+            ``transaction_operator_resolve``.
 
     Returns:
         the transaction, PREPARED.
 
     Raises:
+        InvalidInput: ``reason_required`` / ``reason_too_long`` (not audited).
         NotFound: ``transaction_not_found``.
         Conflict: 409 ``transaction_not_discarded`` with ``details.state`` when it is not
-            DISCARDED.
+            DISCARDED, and ``transaction_ended`` fields when it has ended.
     """
-    actor = _actor_checked(actor)
-    with transaction.atomic():
+    if via == Via.API and not (reason or "").strip():
+        reason = NO_REASON_GIVEN
+    reason = reason_checked(reason, transaction_id=transaction_id)
+    actor = actor_checked(actor)
+
+    def apply(audit: dict[str, Any]) -> Transaction:
         tx = transaction_get_locked(transaction_id)
         if tx.state != TransactionState.DISCARDED:
-            raise Conflict(
-                f"Transaction {transaction_id} is {tx.state}, not DISCARDED: only a discarded "
-                "transaction can be checked again.",
-                code="transaction_not_discarded",
-                details={"transaction_id": transaction_id, "state": tx.state},
-            )
+            raise state_refusal(tx, TransactionState.DISCARDED, "transaction_not_discarded")
         copy = message_copy(
             Message.objects.get(pk=tx.half_commit_log_offset),
             topic=HALF_TOPIC,
@@ -185,6 +222,7 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
         )
         now = now_ms()
         detail = {
+            **audit,
             "previous_check_times": tx.check_times,
             "discard_reason": tx.discard_reason,
             "previous_half_queue_offset": tx.half_queue_offset,
@@ -221,5 +259,88 @@ def transaction_resume_check(*, transaction_id: str, actor: str) -> Transaction:
             tx, TransactionEvent.Kind.RESUMED, timestamp=now, actor=actor, detail=detail
         )
         transaction_announce(tx, "resumed")
-    logger.info("%s resumed checks of %s (was discarded: %s)", actor, transaction_id, detail)
-    return tx
+        logger.info("%s resumed checks of %s (was discarded: %s)", actor, transaction_id, detail)
+        return tx
+
+    return operator_action_audited(
+        action=AuditEntry.Action.RESUME_CHECK,
+        transaction_id=transaction_id,
+        actor=actor,
+        via=via,
+        reason=reason,
+        bulk=bulk,
+        done=TransactionState.PREPARED,
+        apply=apply,
+    )
+
+
+def transaction_check_now(
+    *,
+    transaction_id: str,
+    reason: str | None,
+    actor: str,
+    via: str = Via.API,
+    bulk: AuditEntry | None = None,
+) -> Transaction:
+    """Ask for a back-check of a PREPARED transaction at the next scan ("check now").
+
+    ``next_check_timestamp`` becomes now, so the next scan of its half queue claims it (unless
+    its producer group is in check backoff or over its rate limit, which still apply); the
+    check interval and the check immunity are not waited for. It is not a check and does not
+    count as one: ``check_times`` is unchanged, and a transaction at the check max is
+    discarded by that scan, as by any other. Writes ``TransactionEvent(kind="check_requested",
+    actor=actor, detail={"reason", "via", "audit_entry_id", "previous_next_check_timestamp"})``,
+    announces ``check_requested`` and is audited as ``check-now``.
+
+    Args:
+        transaction_id, reason, actor, via, bulk: as for ``transaction_operator_resolve``.
+
+    Returns:
+        the transaction, still PREPARED, due now.
+
+    Raises:
+        InvalidInput: ``reason_required`` / ``reason_too_long`` (not audited).
+        NotFound: ``transaction_not_found``.
+        TransactionAlreadyResolved: 409 when it is COMMITTED or ROLLED_BACK, with what ended it.
+        Conflict: 409 ``transaction_not_prepared`` when it is DISCARDED (resume its checks).
+    """
+    reason = reason_checked(reason, transaction_id=transaction_id)
+    actor = actor_checked(actor)
+
+    def apply(audit: dict[str, Any]) -> Transaction:
+        tx = transaction_get_locked(transaction_id)
+        if tx.state in ENDED_STATES:
+            raise ended_refusal(tx)
+        if tx.state != TransactionState.PREPARED:
+            raise state_refusal(tx, TransactionState.PREPARED, "transaction_not_prepared")
+        now = now_ms()
+        detail = {**audit, "previous_next_check_timestamp": tx.next_check_timestamp}
+        tx.next_check_timestamp = now
+        tx.save(update_fields=["next_check_timestamp"])
+        transaction_event_record(
+            tx, TransactionEvent.Kind.CHECK_REQUESTED, timestamp=now, actor=actor, detail=detail
+        )
+        transaction_announce(tx, "check_requested")
+        logger.info("%s asked for a check of %s now: %s", actor, transaction_id, reason[:200])
+        return tx
+
+    return operator_action_audited(
+        action=AuditEntry.Action.CHECK_NOW,
+        transaction_id=transaction_id,
+        actor=actor,
+        via=via,
+        reason=reason,
+        bulk=bulk,
+        done="check requested",
+        apply=apply,
+    )
+
+
+OPERATOR_ACTIONS: dict[str, Callable[..., Transaction]] = {
+    "commit": functools.partial(transaction_operator_resolve, action="commit"),
+    "rollback": functools.partial(transaction_operator_resolve, action="rollback"),
+    "resume-check": transaction_resume_check,
+    "check-now": transaction_check_now,
+}
+"""The console's four actions (``AuditEntry.Action`` values) -> their service, each called
+with ``transaction_id``, ``reason``, ``actor``, ``via`` and ``bulk``."""

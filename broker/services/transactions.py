@@ -24,7 +24,7 @@ from broker.constants import (
     PROPERTY_UNIQ_KEY,
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
-from broker.errors import Conflict, Forbidden, InvalidInput, TransactionAlreadyResolved
+from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.lookups import producer_group_require
 from broker.models import Transaction
 from broker.rules.checks import (
@@ -41,6 +41,7 @@ from broker.rules.states import (
     state_of_action,
 )
 from broker.selectors import first_or_not_found
+from broker.services.audit import ended_refusal
 from broker.services.messages import producer_topic_get, queue_select
 from broker.services.resolution import (
     transaction_announce,
@@ -214,7 +215,8 @@ def transaction_end(
         InvalidInput: ``invalid_action`` (not one of ``END_ACTIONS``).
         NotFound: ``transaction_not_found``.
         Forbidden: ``producer_group_mismatch`` (not the group that sent the half message).
-        TransactionAlreadyResolved: the other action after resolution, or after a discard.
+        TransactionAlreadyResolved: the other action after resolution, or after a discard;
+            ``details`` name what ended it (``broker.services.audit.transaction_ended``).
     """
     action_validate(action, END_ACTIONS)
     with transaction.atomic():
@@ -231,7 +233,7 @@ def transaction_end(
         if tx.state == target:
             return tx
         if tx.state != TransactionState.PREPARED:
-            raise TransactionAlreadyResolved(transaction_id, tx.state)
+            raise ended_refusal(tx)
         by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
         transaction_resolve_locked(tx, action=action, resolved_by=by, reason=remark or "")
     return tx

@@ -1,7 +1,234 @@
-"""Console pages: topology."""
+"""Console pages: topics, producer groups and consumer groups.
+
+The lists are for viewers and up (reads through ``broker.selectors_topology``); creating and
+editing is for admins (``ManageConsoleRequired``) and goes through the same services as the
+API (``broker.services.admin``). A service's ``InvalidInput`` or ``Conflict`` is shown as a
+form error (status 400); an unknown or broker-owned name is a 404.
+"""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from typing import Any, ClassVar
 
-urlpatterns: list[URLPattern] = []
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import URLPattern, path
+from django.views import View
+
+from broker.errors import Conflict, InvalidInput, NotFound
+from broker.models import ConsumerGroup, ProducerGroup, Topic
+from broker.selectors import first_or_not_found
+from broker.selectors_topology import consumer_group_rows, producer_group_rows, topic_rows
+from broker.services import admin
+from console.forms_topology import (
+    ConsumerGroupCreateForm,
+    ConsumerGroupEditForm,
+    ProducerGroupCreateForm,
+    ProducerGroupEditForm,
+    ServiceErrorsForm,
+    TopicCreateForm,
+    TopicEditForm,
+)
+from console.permissions import ManageConsoleRequired, ViewConsoleRequired
+
+FORM_TEMPLATE = "console/topology/form.html"
+
+
+class TopicListView(ViewConsoleRequired, View):
+    """``/console/topics/``: user topics with each queue's min and max offsets;
+    ``?system=1`` adds the broker's own topics (half, Op, discard, DLQ)."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        include_system = request.GET.get("system") == "1"
+        return render(
+            request,
+            "console/topology/topics.html",
+            {"topics": topic_rows(include_system=include_system), "include_system": include_system},
+        )
+
+
+class ProducerGroupListView(ViewConsoleRequired, View):
+    """``/console/producer-groups/``: check URL, reachability, backoff, pending counts."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(
+            request, "console/topology/producer_groups.html", {"rows": producer_group_rows()}
+        )
+
+
+class ConsumerGroupListView(ViewConsoleRequired, View):
+    """``/console/consumer-groups/``: lag per topic, in-flight deliveries, DLQ count."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(
+            request, "console/topology/consumer_groups.html", {"rows": consumer_group_rows()}
+        )
+
+
+class _ServiceFormView(ManageConsoleRequired, View):
+    """GET shows ``form_class`` (filled by ``initial``); POST validates it and calls
+    ``apply``; a service error is shown on the form, success redirects to ``list_route``."""
+
+    form_class: ClassVar[type[ServiceErrorsForm]]
+    title: ClassVar[str]
+    noun: ClassVar[str]
+    list_route: ClassVar[str]
+
+    def initial(self, name: str | None) -> dict[str, Any]:
+        """The form's initial values (an edit: the object's current ones)."""
+        return {}
+
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        """Call the service with the cleaned ``data``; return what it returned."""
+        raise NotImplementedError
+
+    def done(self, request: HttpRequest, result: Any) -> HttpResponse:
+        """The answer after a successful ``apply``: back to the list with a message."""
+        messages.success(request, f"{self.noun} {result} saved.")
+        return redirect(self.list_route)
+
+    def _render(
+        self, request: HttpRequest, form: ServiceErrorsForm, name: str | None, status: int = 200
+    ) -> HttpResponse:
+        context = {"form": form, "title": self.title, "name": name, "list_route": self.list_route}
+        return render(request, FORM_TEMPLATE, context, status=status)
+
+    def get(self, request: HttpRequest, name: str | None = None) -> HttpResponse:
+        return self._render(request, self.form_class(initial=self.initial(name)), name)
+
+    def post(self, request: HttpRequest, name: str | None = None) -> HttpResponse:
+        self.initial(name)  # 404 for an unknown name
+        form = self.form_class(request.POST)
+        if form.is_valid():
+            try:
+                result = self.apply(form.cleaned_data, name)
+            except NotFound as error:
+                raise Http404(error.message) from error
+            except (InvalidInput, Conflict) as error:
+                form.service_error_add(error)
+            else:
+                return self.done(request, result)
+        return self._render(request, form, name, status=400)
+
+
+def _found(queryset: Any, kind: Any, name: str | None) -> Any:
+    try:
+        return first_or_not_found(queryset, kind, name or "")
+    except NotFound as error:
+        raise Http404(error.message) from error
+
+
+class TopicCreateView(_ServiceFormView):
+    """``/console/topics/new/`` (admin): ``topic_create`` with its consume queues."""
+
+    form_class = TopicCreateForm
+    title = "New topic"
+    noun = "Topic"
+    list_route = "console:topics"
+
+    def apply(self, data: dict[str, Any], name: str | None) -> Topic:
+        return admin.topic_create(name=data["name"], queue_nums=data["queue_nums"])
+
+
+class TopicEditView(_ServiceFormView):
+    """``/console/topics/<name>/edit/`` (admin): more queues (``topic_update``); the broker's
+    own topics are not editable (404)."""
+
+    form_class = TopicEditForm
+    title = "Edit topic"
+    noun = "Topic"
+    list_route = "console:topics"
+
+    def initial(self, name: str | None) -> dict[str, Any]:
+        topic = _found(Topic.objects.filter(name=name, system=False), "topic", name)
+        return {"queue_nums": topic.queue_nums}
+
+    def apply(self, data: dict[str, Any], name: str | None) -> Topic:
+        return admin.topic_update(name=name or "", queue_nums=data["queue_nums"])
+
+
+class ProducerGroupCreateView(_ServiceFormView):
+    """``/console/producer-groups/new/`` (admin): ``producer_group_create``; the answer shows
+    the group's ``check_secret`` this once (as the API's create does), never again."""
+
+    form_class = ProducerGroupCreateForm
+    title = "New producer group"
+    noun = "Producer group"
+    list_route = "console:producer_groups"
+
+    def apply(self, data: dict[str, Any], name: str | None) -> ProducerGroup:
+        return admin.producer_group_create(name=data["name"], check_url=data["check_url"] or None)
+
+    def done(self, request: HttpRequest, result: Any) -> HttpResponse:
+        return render(request, "console/topology/producer_group_created.html", {"group": result})
+
+
+class ProducerGroupEditView(_ServiceFormView):
+    """``/console/producer-groups/<name>/edit/`` (admin): its check URL
+    (``producer_group_update``, which also clears its unreachability)."""
+
+    form_class = ProducerGroupEditForm
+    title = "Edit producer group"
+    noun = "Producer group"
+    list_route = "console:producer_groups"
+
+    def initial(self, name: str | None) -> dict[str, Any]:
+        group = _found(ProducerGroup.objects.filter(name=name), "producer_group", name)
+        return {"check_url": group.check_url or ""}
+
+    def apply(self, data: dict[str, Any], name: str | None) -> ProducerGroup:
+        return admin.producer_group_update(name=name or "", check_url=data["check_url"] or None)
+
+
+class ConsumerGroupCreateView(_ServiceFormView):
+    """``/console/consumer-groups/new/`` (admin): ``consumer_group_create``."""
+
+    form_class = ConsumerGroupCreateForm
+    title = "New consumer group"
+    noun = "Consumer group"
+    list_route = "console:consumer_groups"
+
+    def apply(self, data: dict[str, Any], name: str | None) -> ConsumerGroup:
+        return admin.consumer_group_create(
+            name=data["name"], max_delivery_attempts=data["max_delivery_attempts"]
+        )
+
+
+class ConsumerGroupEditView(_ServiceFormView):
+    """``/console/consumer-groups/<name>/edit/`` (admin): ``consumer_group_update``."""
+
+    form_class = ConsumerGroupEditForm
+    title = "Edit consumer group"
+    noun = "Consumer group"
+    list_route = "console:consumer_groups"
+
+    def initial(self, name: str | None) -> dict[str, Any]:
+        group = _found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
+        return {"max_delivery_attempts": group.max_delivery_attempts}
+
+    def apply(self, data: dict[str, Any], name: str | None) -> ConsumerGroup:
+        return admin.consumer_group_update(
+            name=name or "", max_delivery_attempts=data["max_delivery_attempts"]
+        )
+
+
+urlpatterns: list[URLPattern] = [
+    path("topics/", TopicListView.as_view(), name="topics"),
+    path("topics/new/", TopicCreateView.as_view(), name="topic_create"),
+    path("topics/<str:name>/edit/", TopicEditView.as_view(), name="topic_edit"),
+    path("producer-groups/", ProducerGroupListView.as_view(), name="producer_groups"),
+    path("producer-groups/new/", ProducerGroupCreateView.as_view(), name="producer_group_create"),
+    path(
+        "producer-groups/<str:name>/edit/",
+        ProducerGroupEditView.as_view(),
+        name="producer_group_edit",
+    ),
+    path("consumer-groups/", ConsumerGroupListView.as_view(), name="consumer_groups"),
+    path("consumer-groups/new/", ConsumerGroupCreateView.as_view(), name="consumer_group_create"),
+    path(
+        "consumer-groups/<str:name>/edit/",
+        ConsumerGroupEditView.as_view(),
+        name="consumer_group_edit",
+    ),
+]

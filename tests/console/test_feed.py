@@ -1,58 +1,147 @@
-"""The console's websocket feed, through the real ASGI application and the Redis channel layer."""
+"""The console's websocket feed, through the real ASGI application (``halfmoon.asgi``, with
+``AllowedHostsOriginValidator`` and ``AuthMiddlewareStack``) and the Redis channel layer.
+
+Users sign in through the session: a Django test client's ``force_login`` stores a session,
+whose cookie the websocket handshake sends, as a browser would.
+"""
 
 from __future__ import annotations
 
-import pytest
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
-from django.contrib.auth import get_user_model
-from django.db import transaction
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.test import Client
+
+from broker.events import BulkActionProgress, bulk_action_progress_publish
+from broker.models import now_ms
 from broker.services.transactions import transaction_end, transaction_prepare
-from console.consumers import TransactionFeedConsumer
 from halfmoon.asgi import application
 
-
-async def _anonymous_is_refused() -> tuple[bool, object]:
-    communicator = WebsocketCommunicator(
-        application, "/ws/transactions/", headers=[(b"origin", b"http://127.0.0.1")]
-    )
-    connected, code = await communicator.connect()
-    await communicator.disconnect()
-    return connected, code
+ORIGIN = (b"origin", b"http://127.0.0.1")
+TIMEOUT_S = 5
 
 
-def test_an_anonymous_visitor_is_refused():
-    connected, code = async_to_sync(_anonymous_is_refused)()
-    assert connected is False
-    assert code == 4401
+def session_headers(user: AbstractUser | None) -> list[tuple[bytes, bytes]]:
+    """The handshake's headers: an allowed Origin, and the session cookie of ``user`` signed
+    in (none for ``None``)."""
+    if user is None:
+        return [ORIGIN]
+    client = Client()
+    client.force_login(user)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    return [ORIGIN, (b"cookie", cookie.encode())]
 
 
-async def _receive_after(user, action) -> dict:
-    communicator = WebsocketCommunicator(TransactionFeedConsumer.as_asgi(), "/ws/transactions/")
-    communicator.scope["user"] = user
-    connected, _ = await communicator.connect()
-    assert connected
-    try:
-        from asgiref.sync import sync_to_async
+def handshake(user: AbstractUser | None) -> tuple[bool, Any]:
+    """Connect to ``/ws/transactions/`` as ``user``; returns (accepted, close code)."""
+    headers = session_headers(user)
 
-        await sync_to_async(action)()
-        return await communicator.receive_json_from(timeout=5)
-    finally:
+    async def run() -> tuple[bool, Any]:
+        communicator = WebsocketCommunicator(application, "/ws/transactions/", headers=headers)
+        connected, code = await communicator.connect(timeout=TIMEOUT_S)
         await communicator.disconnect()
+        return connected, code
+
+    return async_to_sync(run)()
+
+
+def received_after(user: AbstractUser, *actions: Callable[[], None], count: int) -> list[dict]:
+    """Connect as ``user``, run each action (in a thread, as a request would) and return the
+    first ``count`` messages the feed sends."""
+    headers = session_headers(user)
+
+    async def run() -> list[dict]:
+        communicator = WebsocketCommunicator(application, "/ws/transactions/", headers=headers)
+        connected, code = await communicator.connect(timeout=TIMEOUT_S)
+        assert connected, code
+        try:
+            for action in actions:
+                await sync_to_async(action)()
+            return [await communicator.receive_json_from(timeout=TIMEOUT_S) for _ in range(count)]
+        finally:
+            await communicator.disconnect()
+
+    return async_to_sync(run)()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_staff_user_sees_a_commit_as_it_happens(topic, producer_group):
-    staff = get_user_model().objects.create_user("operator", password="x", is_staff=True)
-    tx, _ = transaction_prepare(producer_group="G", topic="TranTest", body=b"Hello RocketMQ 1")
+def test_an_anonymous_visitor_is_refused():
+    assert handshake(None) == (False, 4401)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_without_the_view_permission_is_refused(console_user):
+    staff_but_no_role = console_user(None)
+    staff_but_no_role.is_staff = True
+    staff_but_no_role.save()
+    assert handshake(staff_but_no_role) == (False, 4403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_foreign_origin_is_refused():
+    async def run() -> bool:
+        communicator = WebsocketCommunicator(
+            application, "/ws/transactions/", headers=[(b"origin", b"http://evil.example")]
+        )
+        connected, _ = await communicator.connect(timeout=TIMEOUT_S)
+        await communicator.disconnect()
+        return connected
+
+    assert async_to_sync(run)() is False
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_every_console_role_is_accepted(console_user, role):
+    assert handshake(console_user(role)) == (True, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_viewer_sees_a_half_message_then_its_commit(console_user, topic, producer_group):
+    ids: list[str] = []
+
+    def prepare() -> None:
+        tx, _ = transaction_prepare(producer_group="G", topic="TranTest", body=b"Hello RocketMQ")
+        ids.append(tx.transaction_id)
 
     def commit() -> None:
-        with transaction.atomic():
-            transaction_end(transaction_id=tx.transaction_id, producer_group="G", action="commit")
+        transaction_end(transaction_id=ids[0], producer_group="G", action="commit")
 
-    event = async_to_sync(_receive_after)(staff, commit)
-    assert event["kind"] == "resolved"
-    assert event["transaction_id"] == tx.transaction_id
-    assert event["state"] == "COMMITTED"
-    assert event["producer_group"] == "G"
+    prepared, resolved = received_after(console_user("viewer"), prepare, commit, count=2)
+
+    assert prepared["stream"] == "transaction"
+    assert "type" not in prepared
+    assert prepared["kind"] == "prepared"
+    assert prepared["transaction_id"] == ids[0]
+    assert prepared["state"] == "PREPARED"
+    assert (prepared["producer_group"], prepared["topic"]) == ("G", "TranTest")
+    assert resolved["stream"] == "transaction"
+    assert resolved["kind"] == "resolved"
+    assert resolved["transaction_id"] == ids[0]
+    assert resolved["state"] == "COMMITTED"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_viewer_sees_bulk_action_progress(console_user):
+    event: BulkActionProgress = {
+        "type": "bulk.progress",
+        "bulk_id": 7,
+        "action": "rollback",
+        "state": "running",
+        "total": 3,
+        "processed": 1,
+        "counts": {"done": 1, "already_ended": 0, "failed": 0},
+        "timestamp": now_ms(),
+    }
+
+    (message,) = received_after(
+        console_user("viewer"), lambda: bulk_action_progress_publish(event), count=1
+    )
+
+    expected = {k: v for k, v in event.items() if k != "type"}
+    assert message == {"stream": "bulk", **expected}

@@ -71,7 +71,7 @@ def full_aggregation() -> Samples:
         out[("halfmoon_checks_total", (("outcome", outcome),))] = 0
     for reason in ("check_max", "file_reserved_time"):
         out[("halfmoon_discarded_total", (("reason", reason),))] = 0
-    for kind in ("resolved:COMMIT", "resolved:ROLLBACK", "resumed"):
+    for kind in ("resolved:COMMIT", "resolved:ROLLBACK", "resumed", "check_requested"):
         out[("halfmoon_operator_actions_total", (("kind", kind),))] = 0
     events = TransactionEvent.objects.values_list("kind", "outcome").annotate(n=Count("pk"))
     for kind, outcome, n in events.order_by():

@@ -8,6 +8,7 @@ evidence in the half queue, the resolution journal and the check journal.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -24,6 +25,8 @@ from broker.constants import (
 )
 from broker.errors import Conflict, InvalidInput, NotFound, TransactionAlreadyResolved
 from broker.models import (
+    AuditEntry,
+    AuditTarget,
     CheckRequest,
     Message,
     ProducerGroup,
@@ -35,13 +38,19 @@ from broker.models import (
 from broker.rules.states import DiscardReason
 from broker.services import checks
 from broker.services.admin import producer_group_create
-from broker.services.operator import transaction_operator_resolve, transaction_resume_check
+from broker.services.audit import NO_REASON_GIVEN
+from broker.services.operator import (
+    transaction_check_now,
+    transaction_operator_resolve,
+    transaction_resume_check,
+)
 from broker.services.recovery import transactions_rebuild
 from broker.services.transactions import (
     transaction_discard,
     transaction_end,
 )
 from tests.api_helpers import assert_error, post
+from tests.services.test_races import _run_together
 from tests.support import CheckServer, answer_state, prepare, round_at
 
 ACTOR = "operator:owner"
@@ -130,7 +139,13 @@ def test_operator_commit_of_a_prepared_transaction_delivers_it_once(topic, produ
     assert resolution.reason == "producer lost its state"
     [event] = events(tx, "resolved")
     assert (event.outcome, event.actor) == ("COMMIT", ACTOR)
-    assert event.detail == {"reason": "producer lost its state", "previous_state": "PREPARED"}
+    [entry] = AuditEntry.objects.all()
+    assert event.detail == {
+        "reason": "producer lost its state",
+        "previous_state": "PREPARED",
+        "via": "api",
+        "audit_entry_id": entry.pk,
+    }
     assert_rebuild_finds_nothing()
 
 
@@ -175,10 +190,13 @@ def test_operator_resolves_a_discarded_transaction_once_and_keeps_its_history(
     assert Message.objects.filter(topic=CHECK_MAX_TIME_TOPIC, msg_id=tx.pk).count() == 1
     [event] = events(tx, "resolved")
     assert event.actor == ACTOR
+    [entry] = AuditEntry.objects.all()
     assert event.detail == {
         "reason": "checked by hand",
         "previous_state": "DISCARDED",
         "discard_reason": "check_max",
+        "via": "api",
+        "audit_entry_id": entry.pk,
     }
     assert_rebuild_finds_nothing()
 
@@ -667,3 +685,195 @@ def test_resolve_and_resume_answer_only_post(owner, topic, producer_group):
         assert_error(owner.get(url), 405, "method_not_allowed")
         assert_error(owner.put(url, {}, format="json"), 405, "method_not_allowed")
     assert _tx(tx).state == "PREPARED"
+
+
+# --- What ended it: the refusal names the winner ------------------------------------------------
+
+
+def test_a_refused_resolve_names_the_producer_that_ended_it_and_is_audited(topic, producer_group):
+    tx = prepare()
+    transaction_end(transaction_id=tx.pk, producer_group="G", action="commit")
+    tx = _tx(tx)
+
+    with pytest.raises(TransactionAlreadyResolved) as raised:
+        transaction_operator_resolve(
+            transaction_id=tx.pk,
+            action="rollback",
+            reason="stuck?",
+            actor="console:alice",
+            via="console",
+        )
+
+    details = raised.value.details
+    assert (details["state"], details["resolved_by"]) == ("COMMITTED", "producer")
+    assert details["resolved_timestamp"] == tx.resolved_timestamp
+    assert details["ended_by"].startswith("its producer at ")
+    assert "already COMMITTED by its producer at" in raised.value.message
+    [entry] = AuditEntry.objects.all()
+    assert (entry.actor, entry.via, entry.action, entry.state) == (
+        "console:alice",
+        "console",
+        "rollback",
+        "refused",
+    )
+    [target] = entry.targets.all()
+    assert (target.transaction_id, target.result) == (tx.pk, "already_ended")
+    assert target.detail["resolved_by"] == "producer"
+
+
+def test_a_refusal_after_an_operator_names_the_operator_and_the_reason(topic, producer_group):
+    tx = prepare()
+    transaction_operator_resolve(
+        transaction_id=tx.pk,
+        action="rollback",
+        reason="duplicate order",
+        actor="console:bob",
+        via="console",
+    )
+    for attempt in (
+        lambda: transaction_operator_resolve(
+            transaction_id=tx.pk, action="commit", reason="x", actor=ACTOR
+        ),
+        lambda: transaction_check_now(transaction_id=tx.pk, reason="x", actor=ACTOR),
+    ):
+        with pytest.raises(TransactionAlreadyResolved) as raised:
+            attempt()
+        details = raised.value.details
+        assert (details["resolved_by"], details["actor"], details["reason"]) == (
+            "operator",
+            "console:bob",
+            "duplicate order",
+        )
+        assert "operator console:bob (reason: duplicate order)" in raised.value.message
+    with pytest.raises(Conflict) as resumed:
+        transaction_resume_check(transaction_id=tx.pk, actor=ACTOR, reason="x")
+    assert resumed.value.code == "transaction_not_discarded"
+    assert resumed.value.details["actor"] == "console:bob"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("operator_action", ["commit", "rollback"])
+def test_a_producer_end_racing_an_operator_action_resolves_once_and_the_loser_sees_who_won(
+    topic, producer_group, operator_action
+):
+    """Real threads on real PostgreSQL: a producer's end and an operator's action on one
+    PREPARED transaction, released together, 10 rounds. Exactly one Resolution; the operator
+    either won (resolved_by operator) or was refused naming the producer."""
+    producer_wins = operator_wins = 0
+    for i in range(10):
+        tx = prepare()
+        results = _run_together(
+            [
+                functools.partial(
+                    transaction_end, transaction_id=tx.pk, producer_group="G", action="commit"
+                ),
+                functools.partial(
+                    transaction_operator_resolve,
+                    transaction_id=tx.pk,
+                    action=operator_action,
+                    reason=f"race {i}",
+                    actor="console:carol",
+                    via="console",
+                ),
+            ]
+        )
+        tx = _tx(tx)
+        [resolution] = Resolution.objects.filter(transaction=tx)
+        producer_result, operator_result = results
+        if tx.resolved_by == "producer":
+            producer_wins += 1
+            assert isinstance(operator_result, TransactionAlreadyResolved), results
+            assert operator_result.details["resolved_by"] == "producer"
+            assert operator_result.details["state"] == "COMMITTED"
+            assert "by its producer at" in operator_result.message
+            assert AuditTarget.objects.get(transaction_id=tx.pk).result == "already_ended"
+        else:
+            operator_wins += 1
+            assert tx.resolved_by == "operator", results
+            assert isinstance(operator_result, Transaction), results
+            if operator_action == "rollback":
+                assert isinstance(producer_result, TransactionAlreadyResolved), results
+            assert AuditTarget.objects.get(transaction_id=tx.pk).result == "done"
+        assert resolution.resolved_by == tx.resolved_by
+        assert len(on_topic(tx)) == (1 if tx.state == "COMMITTED" else 0)
+        assert len(events(tx, "resolved")) == (1 if tx.resolved_by == "operator" else 0)
+    assert producer_wins + operator_wins == 10
+    assert_rebuild_finds_nothing()
+
+
+# --- Check now ----------------------------------------------------------------------------------
+
+
+def test_check_now_makes_a_prepared_transaction_due_without_counting_a_check(
+    topic, http_group, check_server
+):
+    tx = prepare(check_immunity_seconds=3600)
+    before = now_ms()
+    assert round_at(tx.half_queue_id, before)["jobs"] == []  # immune for an hour
+
+    out = transaction_check_now(
+        transaction_id=tx.pk, reason="producer is back", actor="console:dan", via="console"
+    )
+
+    tx = _tx(tx)
+    assert out.state == tx.state == "PREPARED" and tx.check_times == 0
+    assert before <= tx.next_check_timestamp <= now_ms()
+    [event] = events(tx, "check_requested")
+    [entry] = AuditEntry.objects.all()
+    assert (event.actor, event.check_times) == ("console:dan", 0)
+    assert event.detail["reason"] == "producer is back"
+    assert event.detail["audit_entry_id"] == entry.pk
+    assert (entry.action, entry.via, entry.state) == ("check-now", "console", "done")
+    assert_rebuild_finds_nothing()
+
+    check_server.answer = answer_state("COMMIT_MESSAGE")
+    round_at(tx.half_queue_id, now_ms())
+    tx = _tx(tx)
+    assert (tx.state, tx.resolved_by, tx.check_times) == ("COMMITTED", "check", 1)
+    assert [r.body["check_times"] for r in check_server.received()] == [1]
+
+
+def test_check_now_needs_a_reason_and_a_prepared_transaction(topic, producer_group):
+    tx = discarded(prepare())
+    with pytest.raises(InvalidInput) as missing:
+        transaction_check_now(transaction_id=tx.pk, reason=" ", actor=ACTOR)
+    assert missing.value.code == "reason_required"
+    with pytest.raises(Conflict) as refused:
+        transaction_check_now(transaction_id=tx.pk, reason="why", actor=ACTOR)
+    assert refused.value.code == "transaction_not_prepared"
+    assert refused.value.details["resolved_by"] == "discard"
+    assert "check_max" in refused.value.details["ended_by"]
+    assert events(tx, "check_requested") == []
+    [entry] = AuditEntry.objects.all()  # the refusal, not the missing reason
+    assert (entry.state, entry.targets.get().result) == ("refused", "failed")
+
+
+# --- The API's operator endpoints are audited ---------------------------------------------------
+
+
+def test_api_resolve_and_resume_are_in_the_audit_log(owner, topic, producer_group):
+    tx = discarded(prepare())
+    r = post(owner, f"/api/v1/transactions/{tx.pk}/resume-check", {"reason": "retry after fix"})
+    assert r.status_code == 200, r.content
+    other = discarded(prepare())
+    assert post(owner, f"/api/v1/transactions/{other.pk}/resume-check").status_code == 200
+    r = post(owner, f"/api/v1/transactions/{tx.pk}/resolve", {"action": "commit", "reason": "ok"})
+    assert r.status_code == 200, r.content
+    r = post(owner, f"/api/v1/transactions/{tx.pk}/resolve", {"action": "commit", "reason": "2"})
+    assert r.status_code == 409
+    body = r.json()["error"]
+    assert body["code"] == "transaction_already_resolved"
+    assert (body["details"]["state"], body["details"]["resolved_by"]) == ("COMMITTED", "operator")
+    assert body["details"]["actor"] == "operator:owner" and body["details"]["reason"] == "ok"
+
+    rows = list(
+        AuditEntry.objects.order_by("id").values_list("actor", "via", "action", "reason", "state")
+    )
+    assert rows == [
+        ("operator:owner", "api", "resume-check", "retry after fix", "done"),
+        ("operator:owner", "api", "resume-check", NO_REASON_GIVEN, "done"),
+        ("operator:owner", "api", "commit", "ok", "done"),
+        ("operator:owner", "api", "commit", "2", "refused"),
+    ]
+    [resumed] = events(tx, "resumed")
+    assert resumed.detail["reason"] == "retry after fix"

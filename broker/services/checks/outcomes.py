@@ -84,7 +84,11 @@ def _delivered_apply(outcome: CheckOutcome, *, now: int) -> None:
             channel="http",
             now=now,
             outcome=outcome.label,
-            detail={"status_code": outcome.status_code, "error": outcome.error},
+            detail={
+                "status_code": outcome.status_code,
+                "error": outcome.error,
+                "latency_ms": outcome.latency_ms,
+            },
         )
     if outcome.action is not None and outcome.action in RESOLVING_ACTIONS:
         try:

@@ -73,6 +73,7 @@ class CheckOutcome:
     error: str = ""
     answer: str = ""  # a CheckAnswer: COMMIT_MESSAGE, ..., ACCEPTED, TIMEOUT or INVALID
     timed_out: bool = False
+    latency_ms: int | None = None  # request to answer (ms), for an answered check
 
     @property
     def label(self) -> str:

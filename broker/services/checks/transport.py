@@ -83,7 +83,12 @@ async def _check_send(
             return _unanswered(job, exc, CheckAnswer.INVALID)
         action, answer = check_answer_parse(response)
         return CheckOutcome(
-            job, delivered=True, action=action, status_code=response.status_code, answer=answer
+            job,
+            delivered=True,
+            action=action,
+            status_code=response.status_code,
+            answer=answer,
+            latency_ms=round(response.elapsed.total_seconds() * 1000),
         )
 
 

@@ -1,0 +1,601 @@
+"""The console's reads: the stuck-transaction list (one filter, shared by the list page, its
+live row updates and the bulk actions on a filter), its keyset pages, and a transaction's
+timeline from the broker's own journals (shared by the transaction page and
+``GET /api/v1/transactions/{id}/timeline``).
+
+The filter is ``stuck_transactions``; ``console.forms.TransactionFilterForm`` validates the
+URL's parameters into exactly its keyword arguments (``console.forms.filters_from_form``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+
+from broker.conf import conf
+from broker.constants import (
+    CHECK_GROUP,
+    CHECK_MAX_TIME_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    HALF_TOPIC,
+    PROPERTY_DELIVERY_ATTEMPT,
+)
+from broker.models import (
+    AuditTarget,
+    ConsumerOffset,
+    Delivery,
+    Message,
+    ProducerGroup,
+    Resolution,
+    Transaction,
+    TransactionEvent,
+    now_ms,
+)
+from broker.rules.states import ResolvedBy, TransactionState
+from broker.rules.stuck import stuck_reason
+from broker.selectors import transaction_get
+
+STUCK_STATES: tuple[str, ...] = (TransactionState.PREPARED, TransactionState.DISCARDED)
+"""The states the stuck list shows (and its ``states`` default)."""
+
+_CHECK_KINDS = (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UNDELIVERED)
+
+
+# --- The filter ---------------------------------------------------------------------------------
+
+
+def _key_match(key: str) -> Q:
+    """``keys`` holds ``key`` as one of its space-separated keys (RocketMQ KEYS)."""
+    return (
+        Q(keys=key)
+        | Q(keys__startswith=f"{key} ")
+        | Q(keys__endswith=f" {key}")
+        | Q(keys__contains=f" {key} ")
+    )
+
+
+def stuck_transactions(
+    *,
+    states: Sequence[str] | None = None,
+    producer_group: str = "",
+    topic: str = "",
+    min_age_ms: int | None = None,
+    min_check_times: int | None = None,
+    discard_reason: str = "",
+    q: str = "",
+    now: int | None = None,
+) -> QuerySet[Transaction]:
+    """Unresolved transactions matching a filter, oldest first (``born_timestamp``, then
+    ``transaction_id``): the console's stuck list and the set a bulk action on a filter acts on.
+
+    Args:
+        states: any of PREPARED and DISCARDED; None or empty means both. Other states are
+            ignored (a resolved transaction is never stuck).
+        producer_group, topic: exact names; "" means any.
+        min_age_ms: only transactions born at least this long before ``now`` (ms).
+        min_check_times: only those with at least this many checks delivered.
+        discard_reason: a ``DiscardReason`` value (``check_max``, ``file_reserved_time``);
+            "" means any (PREPARED ones have none).
+        q: exact msg id / transaction id (the same: UNIQ_KEY), or one of the message keys.
+        now: the clock for ``min_age_ms`` (ms; default now).
+
+    Returns:
+        an unevaluated QuerySet; ``stuck_page`` pages it with the index
+        ``transaction_state_born``.
+    """
+    wanted = [s for s in (states or STUCK_STATES) if s in STUCK_STATES] or list(STUCK_STATES)
+    qs = Transaction.objects.filter(state__in=wanted)
+    if producer_group:
+        qs = qs.filter(producer_group=producer_group)
+    if topic:
+        qs = qs.filter(topic=topic)
+    if min_age_ms is not None:
+        qs = qs.filter(born_timestamp__lte=(now if now is not None else now_ms()) - min_age_ms)
+    if min_check_times is not None:
+        qs = qs.filter(check_times__gte=min_check_times)
+    if discard_reason:
+        qs = qs.filter(discard_reason=discard_reason)
+    if q:
+        qs = qs.filter(Q(pk=q) | _key_match(q))
+    return qs.order_by("born_timestamp", "transaction_id")
+
+
+# --- Pages ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """A position in the stuck list: the sort key ``(born_timestamp, transaction_id)`` of a
+    row. In URLs as ``<born_timestamp>.<transaction_id>`` (a transaction id may hold dots, a
+    timestamp not)."""
+
+    born_timestamp: int
+    transaction_id: str
+
+    def encode(self) -> str:
+        return f"{self.born_timestamp}.{self.transaction_id}"
+
+    @classmethod
+    def decode(cls, text: str) -> Cursor:
+        """Parse ``encode``'s form. Raises ValueError for anything else."""
+        born, sep, tid = text.partition(".")
+        if not sep or not tid or not born.isdigit() or len(born) > 19:
+            raise ValueError(f"not a cursor: {text!r}")
+        return cls(int(born), tid)
+
+    @classmethod
+    def of(cls, tx: Transaction) -> Cursor:
+        return cls(tx.born_timestamp, tx.transaction_id)
+
+
+@dataclass
+class StuckRow:
+    """One row of the stuck list: the transaction (with ``last_check_kind``,
+    ``last_check_outcome`` and ``last_check_at`` of its latest check event annotated), its
+    producer group (None if the group was deleted), why it is stuck (``broker.rules.stuck``),
+    its age (ms) and the check max it counts against."""
+
+    tx: Transaction
+    group: ProducerGroup | None
+    reason: str
+    age_ms: int
+    check_max: int
+
+    @property
+    def cursor(self) -> str:
+        return Cursor.of(self.tx).encode()
+
+
+@dataclass
+class StuckPage:
+    """A page of the stuck list: ``rows`` oldest first; ``next_cursor`` / ``prev_cursor``
+    (None on the last / first page) go into the ``after`` / ``before`` URL parameters."""
+
+    rows: list[StuckRow] = field(default_factory=list)
+    next_cursor: Cursor | None = None
+    prev_cursor: Cursor | None = None
+
+
+def last_check_annotate(qs: QuerySet[Transaction]) -> QuerySet[Transaction]:
+    """Add the latest ``check_sent`` / ``check_undelivered`` event of each row as
+    ``last_check_kind``, ``last_check_outcome`` (the answer) and ``last_check_at`` (ms): three
+    correlated subqueries read through the index ``event_transaction_time``, so a page costs no
+    query per row."""
+    latest = TransactionEvent.objects.filter(
+        transaction_id=OuterRef("pk"), kind__in=_CHECK_KINDS
+    ).order_by("-timestamp", "-id")
+    return qs.annotate(
+        last_check_kind=Subquery(latest.values("kind")[:1]),
+        last_check_outcome=Subquery(latest.values("outcome")[:1]),
+        last_check_at=Subquery(latest.values("timestamp")[:1]),
+    )
+
+
+def _after(cursor: Cursor) -> Q:
+    # born >= b is an index condition; the OR only breaks ties within one born_timestamp.
+    return Q(born_timestamp__gte=cursor.born_timestamp) & (
+        Q(born_timestamp__gt=cursor.born_timestamp)
+        | Q(born_timestamp=cursor.born_timestamp, transaction_id__gt=cursor.transaction_id)
+    )
+
+
+def _before(cursor: Cursor) -> Q:
+    return Q(born_timestamp__lte=cursor.born_timestamp) & (
+        Q(born_timestamp__lt=cursor.born_timestamp)
+        | Q(born_timestamp=cursor.born_timestamp, transaction_id__lt=cursor.transaction_id)
+    )
+
+
+def _rows(transactions: list[Transaction], now: int) -> list[StuckRow]:
+    """Wrap transactions into rows, reading their producer groups in one query."""
+    names = {tx.producer_group for tx in transactions}
+    groups = {g.name: g for g in ProducerGroup.objects.filter(name__in=names)} if names else {}
+    check_max = conf.transaction_check_max
+    rows = []
+    for tx in transactions:
+        group = groups.get(tx.producer_group)
+        reason = stuck_reason(
+            state=tx.state,
+            discard_reason=tx.discard_reason,
+            check_times=tx.check_times,
+            check_max=check_max,
+            last_answer=getattr(tx, "last_check_outcome", None) or "",
+            next_check_timestamp=tx.next_check_timestamp,
+            group_unreachable_since=group.unreachable_since if group else None,
+            group_backoff_until=group.check_backoff_until if group else None,
+            now=now,
+        )
+        rows.append(StuckRow(tx, group, reason, now - tx.born_timestamp, check_max))
+    return rows
+
+
+def stuck_page(
+    filters: dict[str, Any],
+    *,
+    after: Cursor | None = None,
+    before: Cursor | None = None,
+    per_page: int = 50,
+    now: int | None = None,
+) -> StuckPage:
+    """One page of ``stuck_transactions(**filters)``, oldest first, by keyset.
+
+    ``after``: the page starts after this row (the "next page" link); ``before``: the page
+    ends before it ("previous page"); neither: the first page. A constant number of queries
+    whatever the page size: one per state asked for (each an index scan of
+    ``transaction_state_born`` ``(state, born_timestamp)`` with a LIMIT, merged here: one
+    index scan cannot give the order of two states at once), plus one for the producer
+    groups. The latest check of each row comes with it (``last_check_annotate``).
+
+    Args:
+        filters: the keyword arguments of ``stuck_transactions`` (without ``now``).
+        per_page: rows per page (1..200 in the console).
+        now: the clock (ms) for ages and ``min_age_ms``.
+    """
+    now = now if now is not None else now_ms()
+    states = [s for s in (filters.get("states") or STUCK_STATES) if s in STUCK_STATES]
+    states = states or list(STUCK_STATES)
+    backwards = before is not None and after is None
+    order = (
+        ("-born_timestamp", "-transaction_id")
+        if backwards
+        else ("born_timestamp", "transaction_id")
+    )
+    parts: list[list[Transaction]] = []
+    for state in states:
+        qs = stuck_transactions(**{**filters, "states": [state]}, now=now)
+        if backwards:
+            qs = qs.filter(_before(before))
+        elif after is not None:
+            qs = qs.filter(_after(after))
+        parts.append(list(last_check_annotate(qs.order_by(*order))[: per_page + 1]))
+    merged = list(heapq.merge(*parts, key=Cursor.of, reverse=backwards))[: per_page + 1]
+    more = len(merged) > per_page
+    page_txs = merged[:per_page]
+    if backwards:
+        page_txs.reverse()
+    page = StuckPage(rows=_rows(page_txs, now))
+    if page_txs:
+        first, last = Cursor.of(page_txs[0]), Cursor.of(page_txs[-1])
+        if backwards:
+            page.prev_cursor = first if more else None
+            page.next_cursor = last
+        else:
+            page.next_cursor = last if more else None
+            page.prev_cursor = first if after is not None else None
+    elif backwards:
+        page.next_cursor = before
+    return page
+
+
+def stuck_row(
+    transaction_id: str, filters: dict[str, Any], *, now: int | None = None
+) -> StuckRow | None:
+    """The stuck-list row of one transaction if it matches ``filters`` (the keyword arguments
+    of ``stuck_transactions``), else None (e.g. it was committed meanwhile). Two queries."""
+    now = now if now is not None else now_ms()
+    qs = last_check_annotate(stuck_transactions(**filters, now=now).filter(pk=transaction_id))
+    tx = qs.first()
+    return _rows([tx], now)[0] if tx is not None else None
+
+
+# --- The timeline ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One fact of a transaction's history.
+
+    ``timestamp``: when (ms since the epoch), None when the broker does not journal the time
+    (a consumer's ack deletes its delivery; these come last); ``kind``: what (see
+    ``transaction_timeline``); ``title``: one line for people; ``actor``: who caused it
+    (producer group, ``scan``, ``http`` / ``poll`` check channel, ``operator:<name>``, a
+    consumer group) or ""; ``detail``: the journal's own fields.
+    """
+
+    timestamp: int | None
+    kind: str
+    title: str
+    actor: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _ms(value: Any) -> str:
+    return f"{value} ms" if value is not None else "?"
+
+
+def _event_entry(event: TransactionEvent, check_max: int) -> TimelineEntry:
+    """A check, discard, resume or operator journal row as a timeline entry."""
+    kind, d = event.kind, dict(event.detail or {})
+    d.setdefault("check_times", event.check_times)
+    if kind == TransactionEvent.Kind.CHECK_SENT:
+        answer = event.outcome or "no answer yet (handed to a poller)"
+        title = f"Check {event.check_times} of {check_max} sent over {event.actor}: {answer}"
+        if d.get("latency_ms") is not None:
+            title += f" in {_ms(d['latency_ms'])}"
+        d["answer"] = event.outcome
+    elif kind == TransactionEvent.Kind.CHECK_UNDELIVERED:
+        title = f"Check not delivered ({d.get('error') or 'no error text'}); retry in {_ms(d.get('retry_in_ms'))}"
+    elif kind == TransactionEvent.Kind.DISCARDED:
+        title = f"Discarded by the scan: {event.outcome} after {event.check_times} checks"
+        d["reason"] = event.outcome
+    elif kind == TransactionEvent.Kind.RESUMED:
+        title = f"Checks resumed by {event.actor} (was discarded: {d.get('discard_reason') or '?'})"
+    elif kind == TransactionEvent.Kind.RESOLVED:
+        title = f"{event.outcome} by {event.actor}: {d.get('reason', '')}"
+    elif kind == "check_requested":
+        title = f"Check requested by {event.actor}"
+        if d.get("reason"):
+            title += f": {d['reason']}"
+    else:
+        title = f"{kind} {event.outcome}".strip()
+    return TimelineEntry(event.timestamp, kind, title, event.actor, d)
+
+
+def _resolution_entry(
+    tx: Transaction, resolution: Resolution, operator_event: TransactionEvent | None
+) -> TimelineEntry:
+    """The end: commit or rollback, and who sent it (producer, check answer or operator)."""
+    verb = "Committed" if resolution.action == Resolution.Action.COMMIT else "Rolled back"
+    detail: dict[str, Any] = {
+        "action": resolution.action,
+        "resolved_by": resolution.resolved_by,
+        "reason": resolution.reason,
+        "half_queue_offset": resolution.half_queue_offset,
+        "op_commit_log_offset": resolution.op_commit_log_offset,
+    }
+    if resolution.resolved_by == ResolvedBy.OPERATOR and operator_event is not None:
+        actor = operator_event.actor
+        detail.update(operator_event.detail or {})
+        title = f"{verb} by operator {actor.removeprefix('operator:')}: {resolution.reason}"
+    elif resolution.resolved_by == ResolvedBy.CHECK:
+        actor = "check answer"
+        title = f"{verb} by a check answer of producer group {tx.producer_group}"
+    else:
+        actor = f"producer group {tx.producer_group}"
+        title = f"{verb} by the producer (end transaction)"
+        if resolution.reason:
+            title += f": {resolution.reason}"
+    return TimelineEntry(resolution.resolved_timestamp, "resolved", title, actor, detail)
+
+
+def _message_entries(
+    tx: Transaction, messages: list[Message]
+) -> tuple[list[TimelineEntry], Message | None]:
+    """Half messages (the first and each resume's re-append), discard copies, the delivered
+    message and dead-letter copies; returns the entries and the delivered message."""
+    out: list[TimelineEntry] = []
+    delivered = None
+    halves = 0
+    for m in messages:
+        where = {
+            "topic": m.topic,
+            "queue_id": m.queue_id,
+            "queue_offset": m.queue_offset,
+            "commit_log_offset": m.commit_log_offset,
+        }
+        if m.topic == HALF_TOPIC:
+            halves += 1
+            first = halves == 1
+            title = "Half message stored" if first else "Half message re-appended (resume)"
+            kind = "half_stored" if first else "half_reappended"
+            actor = f"producer group {m.producer_group}" if first else ""
+            out.append(TimelineEntry(m.store_timestamp, kind, title, actor, where))
+        elif m.topic == CHECK_MAX_TIME_TOPIC:
+            out.append(
+                TimelineEntry(
+                    m.store_timestamp,
+                    "discard_copy",
+                    f"Copied to {CHECK_MAX_TIME_TOPIC}",
+                    "scan",
+                    where,
+                )
+            )
+        elif m.prepared_transaction_offset is not None and m.topic == tx.topic:
+            delivered = m
+            title = f"Delivered to {m.topic} queue {m.queue_id} at offset {m.queue_offset}"
+            out.append(
+                TimelineEntry(
+                    m.store_timestamp,
+                    "delivered",
+                    title,
+                    "",
+                    {**where, "prepared_transaction_offset": m.prepared_transaction_offset},
+                )
+            )
+    return out, delivered
+
+
+def _consumer_entries(delivered: Message, messages: list[Message]) -> list[TimelineEntry]:
+    """Each consumer group's hand-outs of the delivered message: in flight (attempt, invisible
+    until), dead-lettered, or acked (taken by the group's offset, no delivery left: the ack
+    time is not journalled); groups whose offset has not reached it are waiting."""
+    offsets = ConsumerOffset.objects.filter(
+        topic=delivered.topic, queue_id=delivered.queue_id
+    ).exclude(consumer_group=CHECK_GROUP)
+    in_flight = {d.consumer_group: d for d in Delivery.objects.filter(message_id=delivered.pk)}
+    dead = {
+        m.topic.removeprefix(DLQ_GROUP_TOPIC_PREFIX): m
+        for m in messages
+        if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+    }
+    out = []
+    for offset in offsets.order_by("consumer_group"):
+        group = offset.consumer_group
+        if group in in_flight:
+            d = in_flight[group]
+            detail = {
+                "delivery_attempt": d.delivery_attempt,
+                "invisible_until_timestamp": d.invisible_until_timestamp,
+            }
+            out.append(
+                TimelineEntry(
+                    None,
+                    "consumer_in_flight",
+                    f"Received by {group}, attempt {d.delivery_attempt}, not acked yet",
+                    group,
+                    detail,
+                )
+            )
+        elif group in dead:
+            m = dead[group]
+            attempts = m.properties.get(PROPERTY_DELIVERY_ATTEMPT, "?")
+            out.append(
+                TimelineEntry(
+                    m.store_timestamp,
+                    "consumer_dead_lettered",
+                    f"Dead-lettered to {m.topic} after {attempts} attempts",
+                    group,
+                    {"delivery_attempt": attempts, "commit_log_offset": m.commit_log_offset},
+                )
+            )
+        elif offset.offset > delivered.queue_offset:
+            out.append(
+                TimelineEntry(
+                    None,
+                    "consumer_acked",
+                    f"Acked by {group}",
+                    group,
+                    {"note": "the ack time is not journalled"},
+                )
+            )
+        else:
+            out.append(
+                TimelineEntry(
+                    None,
+                    "consumer_waiting",
+                    f"Not yet received by {group}",
+                    group,
+                    {"group_offset": offset.offset},
+                )
+            )
+    return out
+
+
+# Within one millisecond, facts follow in the order they cause each other.
+_KIND_RANK = {
+    "half_stored": 0,
+    "discarded": 2,
+    "discard_copy": 3,
+    "resumed": 4,
+    "half_reappended": 5,
+    "resolved": 6,
+    "delivered": 7,
+    "consumer_dead_lettered": 8,
+}
+
+
+def _sorted(entries: Sequence[TimelineEntry]) -> list[TimelineEntry]:
+    """By time, then cause before effect within one millisecond (stable: journal order),
+    untimed entries last."""
+    timed = sorted(
+        (e for e in entries if e.timestamp is not None),
+        key=lambda e: (e.timestamp or 0, _KIND_RANK.get(e.kind, 1)),
+    )
+    return timed + [e for e in entries if e.timestamp is None]
+
+
+def transaction_timeline(transaction_id: str) -> list[TimelineEntry]:
+    """A transaction's history from the broker's own journals, oldest first.
+
+    Kinds: ``half_stored`` (the half message; again for each resume's re-append),
+    ``check_sent`` (check number, answer, channel, ``latency_ms`` when journalled),
+    ``check_undelivered``, ``check_requested`` (an operator's "check now"), ``discarded`` and
+    ``discard_copy`` (on TRANS_CHECK_MAX_TIME_TOPIC), ``resumed``, ``resolved`` (the end:
+    commit or rollback, by the producer, a check answer or an operator with name and reason),
+    ``delivered`` (the message on its real topic), then per consumer group
+    ``consumer_dead_lettered`` (timed), ``consumer_in_flight``, ``consumer_acked`` and
+    ``consumer_waiting`` (untimed, last), ``audit`` (an operator action that changed nothing:
+    refused, failed or pending).
+
+    Sources: the half, discard, delivered and dead-letter copies in the commit log (``Message``
+    by msg_id), the check and operator journal (``TransactionEvent``), the resolution journal
+    (``Resolution``), the operators' audit log (``AuditTarget``: actions that changed
+    nothing, kind ``audit``), consumer offsets and in-flight deliveries. Eight queries at most.
+
+    Raises:
+        NotFound: ``transaction_not_found``.
+    """
+    tx = transaction_get(transaction_id)
+    check_max = conf.transaction_check_max
+    messages = list(
+        Message.objects.filter(msg_id=tx.transaction_id).defer("body").order_by("commit_log_offset")
+    )
+    events = list(
+        TransactionEvent.objects.filter(transaction_id=tx.transaction_id).order_by(
+            "timestamp", "id"
+        )
+    )
+    entries, delivered = _message_entries(tx, messages)
+    operator_event = None
+    for event in events:
+        if event.kind == TransactionEvent.Kind.RESOLVED:
+            operator_event = event  # shown with the resolution it explains
+            continue
+        entries.append(_event_entry(event, check_max))
+    resolution = Resolution.objects.filter(transaction_id=tx.transaction_id).first()
+    if resolution is not None:
+        entries.append(_resolution_entry(tx, resolution, operator_event))
+    elif operator_event is not None:
+        entries.append(_event_entry(operator_event, check_max))
+    entries.extend(_audit_entries(tx.transaction_id))
+    if delivered is not None:
+        entries.extend(_consumer_entries(delivered, messages))
+    return _sorted(entries)
+
+
+def _audit_entries(transaction_id: str) -> list[TimelineEntry]:
+    """Operator actions on the transaction that did not change it (refused, failed, or a bulk
+    not yet applied): the audit log's targets. Actions that did change it are already in the
+    timeline through the ``TransactionEvent`` they wrote."""
+    targets = (
+        AuditTarget.objects.filter(transaction_id=transaction_id)
+        .exclude(result=AuditTarget.Result.DONE)
+        .select_related("entry")
+    )
+    out = []
+    for target in targets:
+        entry = target.entry
+        title = f"Operator action {entry.action} by {entry.actor}: {target.result}"
+        detail = {
+            "audit_entry_id": entry.pk,
+            "action": entry.action,
+            "via": entry.via,
+            "reason": entry.reason,
+            "result": target.result,
+            **(target.detail or {}),
+        }
+        out.append(TimelineEntry(entry.timestamp, "audit", title, entry.actor, detail))
+    return out
+
+
+@dataclass
+class TransactionDetail:
+    """What the transaction page shows: the transaction, its current half message (body and
+    properties), its producer group (None if deleted), the check max and the timeline."""
+
+    tx: Transaction
+    half: Message | None
+    group: ProducerGroup | None
+    check_max: int
+    timeline: list[TimelineEntry]
+
+
+def transaction_detail(transaction_id: str) -> TransactionDetail:
+    """The transaction page's data (``transaction_timeline`` plus two reads).
+
+    Raises:
+        NotFound: ``transaction_not_found``.
+    """
+    timeline = transaction_timeline(transaction_id)
+    tx = transaction_get(transaction_id)
+    return TransactionDetail(
+        tx=tx,
+        half=Message.objects.filter(pk=tx.half_commit_log_offset).first(),
+        group=ProducerGroup.objects.filter(name=tx.producer_group).first(),
+        check_max=conf.transaction_check_max,
+        timeline=timeline,
+    )

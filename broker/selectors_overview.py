@@ -1,0 +1,398 @@
+"""Reads behind the console's overview (``/console/`` and ``/console/overview.json``).
+
+Every read is bounded by the last hour or by the pending set, never by the history:
+
+- the PREPARED rows through the indexes on ``state`` (``transaction_state_born`` and the
+  partial ``state = 'PREPARED'`` indexes): pending now, the check-count histogram, the oldest
+  pending transaction of each producer group and the pending-over-time baseline;
+- the rows ended in the window through ``transaction_resolved_time`` (``resolved_timestamp``):
+  commits and rollbacks per minute, resolution latency, and the ends of pending-over-time;
+- the ``discarded`` journal entries of the window through ``event_kind_time``: discards per
+  minute (from the journal, so a transaction discarded and then resumed or resolved by an
+  operator within the hour still counts as discarded);
+- the few DISCARDED rows (stuck, waiting for an operator) and the producer groups.
+
+Pending over time is derived, not sampled. A transaction is pending at instant ``t`` when
+``born_timestamp < t`` and it was not ended before ``t`` (``resolved_timestamp`` is NULL or
+``>= t``). Only two sets of rows can be pending at some instant of the window
+``[start, end)``: the PREPARED rows (not ended) and the rows ended at or after ``start``; a row
+ended before ``start`` is pending at no instant of the window. Over those two sets,
+``pending(start)`` is the number born before ``start`` (all of them end at or after it), and
+each minute adds the rows born in it and removes the rows ended in it. Both sets are read
+grouped by (minute of birth, minute of end), so what is fetched is a few hundred counts, not
+rows. The last point equals the pending count now. A transaction discarded and later resumed
+(``transaction_resume_check`` clears ``resolved_timestamp``) counts as pending since its
+birth: the row keeps no record of its discarded interval.
+
+Resolution latency is ``resolved_timestamp - born_timestamp`` of the COMMITTED and ROLLED_BACK
+rows: ``transaction_resolve_locked`` writes the ``Resolution`` and the transaction's
+``resolved_timestamp`` from the same clock reading, so this is ``Resolution.resolved_timestamp
+- Transaction.born_timestamp`` read through the transaction's index. Percentiles are
+PostgreSQL's ``percentile_disc`` (nearest rank) on PostgreSQL, the same nearest rank in Python
+elsewhere (SQLite); both read only the window's rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import groupby
+
+from django.db import connection
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    F,
+    Q,
+    QuerySet,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import RowNumber
+
+from broker.conf import conf
+from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
+from broker.rules.states import TransactionState
+
+BUCKET_MS = 60_000  # one chart point per minute
+WINDOW_BUCKETS = 60  # the last hour
+PERCENTILES = (0.5, 0.95, 0.99)
+
+_BEFORE = -1  # the bucket of a timestamp before the window
+_RESOLVED_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
+
+
+@dataclass(frozen=True)
+class OverviewWindow:
+    """The overview's window: ``WINDOW_BUCKETS`` whole minutes ending with the current one.
+
+    ``start`` and ``end`` are ms since the epoch (``end`` is the end of the current minute,
+    after ``now``); bucket ``i`` is ``[start + i * BUCKET_MS, start + (i + 1) * BUCKET_MS)``."""
+
+    start: int
+    end: int
+    now: int
+
+    @classmethod
+    def ending_at(cls, now: int) -> OverviewWindow:
+        """The window whose last bucket holds ``now`` (ms)."""
+        end = (now // BUCKET_MS + 1) * BUCKET_MS
+        return cls(start=end - WINDOW_BUCKETS * BUCKET_MS, end=end, now=now)
+
+    @property
+    def minutes(self) -> list[int]:
+        """The start (ms) of each bucket, oldest first."""
+        return [self.start + i * BUCKET_MS for i in range(WINDOW_BUCKETS)]
+
+    def bucket(self, field: str) -> Case:
+        """SQL: the bucket index of the timestamp column ``field`` (``_BEFORE`` when it is
+        before ``start``; NULL when it is NULL)."""
+        return Case(
+            When(**{f"{field}__lt": self.start}, then=Value(_BEFORE)),
+            default=(F(field) - Value(self.start)) / Value(BUCKET_MS),
+            output_field=BigIntegerField(),
+        )
+
+
+@dataclass(frozen=True)
+class GroupLatency:
+    """Resolution latency of one producer group over the window: ``count`` resolutions and the
+    p50/p95/p99 of ``resolved - born`` (ms, nearest rank)."""
+
+    producer_group: str
+    count: int
+    p50_ms: int
+    p95_ms: int
+    p99_ms: int
+
+
+@dataclass(frozen=True)
+class OldestPending:
+    """The oldest PREPARED transaction of a producer group, and the group's pending count."""
+
+    producer_group: str
+    pending: int
+    transaction_id: str
+    topic: str
+    born_timestamp: int
+    check_times: int
+    age_ms: int
+
+
+@dataclass(frozen=True)
+class UnreachableGroup:
+    """A producer group whose checks are not getting through: undelivered since
+    ``unreachable_since`` (ms) or in backoff until ``check_backoff_until`` (ms)."""
+
+    name: str
+    check_url: str | None
+    unreachable_since: int | None
+    last_check_error: str
+    check_failures: int
+    check_backoff_until: int | None
+    pending: int
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the overview shows; times in ms since the epoch, spans in ms.
+
+    The per-minute lists (``pending_over_time``, ``commits``, ``rollbacks``, ``discards``) have
+    one entry per bucket of ``minutes``; ``pending_over_time[i]`` is the pending count at the
+    end of minute ``i`` (at ``now`` for the current minute). ``check_histogram[k]`` counts the
+    pending transactions checked ``k`` times, ``k`` in ``0..check_max`` (more than
+    ``check_max`` counts in the last bucket)."""
+
+    now: int
+    window_start: int
+    window_end: int
+    bucket_ms: int
+    minutes: list[int]
+    pending_now: int
+    discarded_now: int
+    pending_over_time: list[int]
+    commits: list[int]
+    rollbacks: list[int]
+    discards: list[int]
+    check_max: int
+    check_histogram: list[int]
+    latency: list[GroupLatency]
+    unreachable: list[UnreachableGroup]
+    oldest_pending: list[OldestPending]
+
+    @property
+    def oldest_pending_age_ms(self) -> int | None:
+        """Age (ms) of the oldest pending transaction of all groups; None with none pending."""
+        return max((row.age_ms for row in self.oldest_pending), default=None)
+
+
+def _clamp(bucket: int) -> int:
+    """A bucket index within the window (a timestamp after ``end``, from a clock ahead of
+    this one, counts in the last minute)."""
+    return min(bucket, WINDOW_BUCKETS - 1)
+
+
+def pending_series(window: OverviewWindow) -> tuple[int, list[int]]:
+    """The pending count now and at the end of each minute of ``window`` (see the module's
+    docstring for why this reads only the PREPARED rows and the rows ended in the window).
+
+    Returns:
+        (pending now, [pending at the end of minute i for i in 0..WINDOW_BUCKETS-1]).
+    """
+    delta = [0] * WINDOW_BUCKETS
+    baseline = 0
+    pending_now = 0
+    pending = (
+        Transaction.objects.filter(state=TransactionState.PREPARED)
+        .values(born=window.bucket("born_timestamp"))
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in pending:
+        pending_now += row["n"]
+        if row["born"] == _BEFORE:
+            baseline += row["n"]
+        else:
+            delta[_clamp(row["born"])] += row["n"]
+    ended = (
+        Transaction.objects.filter(resolved_timestamp__gte=window.start)
+        .exclude(state=TransactionState.PREPARED)
+        .values(born=window.bucket("born_timestamp"), ended=window.bucket("resolved_timestamp"))
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in ended:
+        if row["born"] == _BEFORE:
+            baseline += row["n"]
+        else:
+            delta[_clamp(row["born"])] += row["n"]
+        delta[_clamp(row["ended"])] -= row["n"]
+    series = []
+    running = baseline
+    for change in delta:
+        running += change
+        series.append(running)
+    return pending_now, series
+
+
+def ends_per_minute(window: OverviewWindow) -> dict[str, list[int]]:
+    """Commits, rollbacks (transactions ended COMMITTED or ROLLED_BACK in each minute, by
+    producer, check answer or operator) and discards (``discarded`` journal entries) per
+    minute of ``window``.
+
+    Returns:
+        ``{"commits": [...], "rollbacks": [...], "discards": [...]}``, WINDOW_BUCKETS each.
+    """
+    out = {name: [0] * WINDOW_BUCKETS for name in ("commits", "rollbacks", "discards")}
+    ended = (
+        Transaction.objects.filter(resolved_timestamp__gte=window.start, state__in=_RESOLVED_STATES)
+        .values("state", minute=window.bucket("resolved_timestamp"))
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in ended:
+        name = "commits" if row["state"] == TransactionState.COMMITTED else "rollbacks"
+        out[name][_clamp(row["minute"])] += row["n"]
+    discards = (
+        TransactionEvent.objects.filter(
+            kind=TransactionEvent.Kind.DISCARDED, timestamp__gte=window.start
+        )
+        .values(minute=window.bucket("timestamp"))
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in discards:
+        out["discards"][_clamp(row["minute"])] += row["n"]
+    return out
+
+
+def check_histogram(check_max: int) -> list[int]:
+    """How many PREPARED transactions have been checked ``k`` times, for ``k`` in
+    ``0..check_max`` (``HALFMOON_TRANSACTION_CHECK_MAX``); a count above ``check_max`` (the
+    setting was lowered) is counted at ``check_max``."""
+    counts = [0] * (check_max + 1)
+    rows = (
+        Transaction.objects.filter(state=TransactionState.PREPARED)
+        .values("check_times")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in rows:
+        counts[min(row["check_times"], check_max)] += row["n"]
+    return counts
+
+
+def nearest_rank(sorted_values: list[int], p: float) -> int:
+    """The ``p`` percentile (0 < p <= 1) of ``sorted_values`` (ascending, not empty) by nearest
+    rank: the smallest value with at least ``p`` of the values at or below it, as PostgreSQL's
+    ``percentile_disc``."""
+    rank = max(1, math.ceil(p * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _resolved_in(window: OverviewWindow) -> QuerySet[Transaction]:
+    return Transaction.objects.filter(
+        resolved_timestamp__gte=window.start, state__in=_RESOLVED_STATES
+    )
+
+
+def resolution_latency(
+    window: OverviewWindow, *, in_database: bool | None = None
+) -> list[GroupLatency]:
+    """Resolution latency per producer group over ``window``: p50/p95/p99 (nearest rank) of
+    ``resolved_timestamp - born_timestamp`` (ms) of the transactions committed or rolled back
+    in it, by name.
+
+    ``in_database``: compute the percentiles with ``percentile_disc`` in the query (default:
+    on PostgreSQL) or in Python over the window's latencies (default elsewhere, e.g. SQLite).
+    """
+    if in_database is None:
+        in_database = connection.vendor == "postgresql"
+    if in_database:
+        return _latency_postgresql(window)
+    rows = (
+        _resolved_in(window)
+        .annotate(latency=F("resolved_timestamp") - F("born_timestamp"))
+        .order_by("producer_group", "latency")
+        .values_list("producer_group", "latency")
+    )
+    out = []
+    for group, items in groupby(rows.iterator(), key=lambda row: row[0]):
+        values = [latency for _, latency in items]
+        p50, p95, p99 = (nearest_rank(values, p) for p in PERCENTILES)
+        out.append(GroupLatency(group, len(values), p50, p95, p99))
+    return out
+
+
+def _latency_postgresql(window: OverviewWindow) -> list[GroupLatency]:
+    table = Transaction._meta.db_table
+    percentiles = ", ".join(
+        "percentile_disc(%s) WITHIN GROUP (ORDER BY resolved_timestamp - born_timestamp)"
+        for _ in PERCENTILES
+    )
+    sql = (
+        f"SELECT producer_group, COUNT(*), {percentiles} FROM {table} "  # noqa: S608 (no input)
+        "WHERE resolved_timestamp >= %s AND state IN (%s, %s) "
+        "GROUP BY producer_group ORDER BY producer_group"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*PERCENTILES, window.start, *_RESOLVED_STATES])
+        rows = cursor.fetchall()
+    return [GroupLatency(g, n, int(p50), int(p95), int(p99)) for g, n, p50, p95, p99 in rows]
+
+
+def oldest_pending_per_group(now: int) -> list[OldestPending]:
+    """The oldest PREPARED transaction (by ``born_timestamp``, then id) of each producer group
+    with any pending, with the group's pending count, oldest first. One query over the pending
+    set (window functions: PostgreSQL, SQLite 3.25+)."""
+    by_group = [F("producer_group")]
+    rows = (
+        Transaction.objects.filter(state=TransactionState.PREPARED)
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=by_group,
+                order_by=[F("born_timestamp").asc(), F("transaction_id").asc()],
+            ),
+            pending=Window(Count("*"), partition_by=by_group),
+        )
+        .filter(rank=1)
+        .order_by("born_timestamp", "transaction_id")
+        .values(
+            "producer_group", "pending", "transaction_id", "topic", "born_timestamp", "check_times"
+        )
+    )
+    return [OldestPending(**row, age_ms=max(0, now - row["born_timestamp"])) for row in rows]
+
+
+def unreachable_groups(now: int, pending: dict[str, int]) -> list[UnreachableGroup]:
+    """Producer groups whose last check could not be delivered (``unreachable_since`` set) or
+    that are in check backoff at ``now`` (``check_backoff_until`` after it), longest
+    unreachable first; ``pending`` maps group names to their pending counts."""
+    groups = ProducerGroup.objects.filter(
+        Q(unreachable_since__isnull=False) | Q(check_backoff_until__gt=now)
+    ).order_by(F("unreachable_since").asc(nulls_last=True), "name")
+    return [
+        UnreachableGroup(
+            name=g.name,
+            check_url=g.check_url,
+            unreachable_since=g.unreachable_since,
+            last_check_error=g.last_check_error,
+            check_failures=g.check_failures,
+            check_backoff_until=g.check_backoff_until,
+            pending=pending.get(g.name, 0),
+        )
+        for g in groups
+    ]
+
+
+def overview(*, now: int | None = None, check_max: int | None = None) -> Overview:
+    """The console's overview at ``now`` (ms; default the clock) over the last hour;
+    ``check_max`` defaults to ``HALFMOON_TRANSACTION_CHECK_MAX``. A constant number of
+    queries (nine), whatever the number of groups or transactions."""
+    now = now_ms() if now is None else now
+    check_max = conf.transaction_check_max if check_max is None else check_max
+    window = OverviewWindow.ending_at(now)
+    pending_now, series = pending_series(window)
+    ends = ends_per_minute(window)
+    oldest = oldest_pending_per_group(now)
+    return Overview(
+        now=now,
+        window_start=window.start,
+        window_end=window.end,
+        bucket_ms=BUCKET_MS,
+        minutes=window.minutes,
+        pending_now=pending_now,
+        discarded_now=Transaction.objects.filter(state=TransactionState.DISCARDED).count(),
+        pending_over_time=series,
+        commits=ends["commits"],
+        rollbacks=ends["rollbacks"],
+        discards=ends["discards"],
+        check_max=check_max,
+        check_histogram=check_histogram(check_max),
+        latency=resolution_latency(window),
+        unreachable=unreachable_groups(now, {row.producer_group: row.pending for row in oldest}),
+        oldest_pending=oldest,
+    )

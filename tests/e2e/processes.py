@@ -1,0 +1,247 @@
+"""Real broker processes for the end-to-end tests: uvicorn (ASGI: HTTP and websockets), a Celery
+worker and Celery beat, each in its own process group with its own log file, on a database and
+a Redis database of the test's own.
+
+- ``broker_env``: the environment of those processes (production settings, ``DATABASE_URL``,
+  ``REDIS_URL``, ``HALFMOON_VAR_DIR``, extra broker settings).
+- ``manage``: run ``manage.py`` with that environment and return its output.
+- ``Stack``: start processes, wait for them, report their logs, stop them (whole groups);
+  ``Stack.start_broker`` starts the Procfile's three and waits until web and worker are up.
+- ``pg_database``: a fresh PostgreSQL database, dropped afterwards.
+- ``free_port``: a port of 18000-18049 nothing listens on.
+- ``chromium_launch``: Debian's Chromium (``/usr/bin/chromium``) driven by Playwright, which
+  never downloads a browser of its own; ``console_sign_in``: the console's sign-in form.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import psycopg
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PORTS = range(18000, 18050)
+STARTUP_TIMEOUT_S = 60
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_MISSING = (
+    f"{CHROMIUM} is missing: the browser tests and bench/console_latency.py drive Debian's "
+    "Chromium; install it with `apt-get install -y chromium`"
+)
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def free_port() -> int:
+    """A port of 18000-18049 nobody listens on (tried in random order, so parallel runs
+    rarely pick the same one)."""
+    for port in random.sample(list(PORTS), len(PORTS)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 18000-18049")
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of the log ``path`` ("(no log)" when it does not exist)."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def broker_env(
+    *, database_url: str, redis_url: str, var_dir: Path, settings: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of the broker's processes: this one's without its ``HALFMOON_*`` and
+    ``CELERY_*`` variables, plus production settings (``halfmoon.settings``), the given database,
+    Redis, var directory (secret key file, static files) and broker ``settings``."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "CELERY_"))},
+        **(settings or {}),
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
+        "HALFMOON_VAR_DIR": str(var_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def manage(env: dict[str, str], *args: str, timeout_s: float = 120) -> str:
+    """Run ``manage.py *args`` with ``env``; return its stdout.
+
+    Raises:
+        AssertionError: it exited non-zero (with its output).
+    """
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}{done.stderr}"
+    return done.stdout
+
+
+class Stack:
+    """The broker's processes, each in its own process group with its own log file."""
+
+    def __init__(self, env: dict[str, str], tmp: Path) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        """Start ``python *args`` as ``name``, logging to ``<tmp>/<name>.log``."""
+        log = self.tmp / f"{name}.log"
+        self.logs[name] = log
+        with log.open("wb") as out:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, *args],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def start_broker(self, port: int, *, web_workers: int = 2) -> str:
+        """Start the Procfile's processes: ``web`` (uvicorn serving ``halfmoon.asgi`` on
+        ``port`` with ``web_workers`` workers), ``worker`` (Celery, prefork, 2 processes) and
+        ``beat``; wait until ``/healthz`` answers and the worker is ready. Returns the base URL."""
+        url = f"http://127.0.0.1:{port}"
+        self.start(
+            "web", "-m", "uvicorn", "halfmoon.asgi:application",
+            "--host", "127.0.0.1", "--port", str(port), "--workers", str(web_workers),
+        )  # fmt: skip
+        self.start(
+            "worker", "-m", "celery", "-A", "tasks", "worker", "--concurrency", "2",
+            "--pool", "prefork", "-l", "info",
+        )  # fmt: skip
+        self.start(
+            "beat", "-m", "celery", "-A", "tasks", "beat", "-l", "info",
+            "-s", str(self.tmp / "celerybeat-schedule"),
+        )  # fmt: skip
+        self.wait_until(f"{url}/healthz", lambda: healthy(url))
+        self.wait_until(
+            "the Celery worker",
+            lambda: " ready." in self.logs["worker"].read_text(errors="replace"),
+        )
+        return url
+
+    def report(self) -> str:
+        """Each process's exit status and the tail of its log."""
+        parts = []
+        for name, log in self.logs.items():
+            proc = self.procs[name]
+            parts.append(f"----- {name} (exit {proc.poll()}) {log}\n{tail(log)}")
+        return "\n".join(parts)
+
+    def check_alive(self) -> None:
+        """Raises AssertionError (with the logs) if a process has exited."""
+        dead = [name for name, proc in self.procs.items() if proc.poll() is not None]
+        assert not dead, f"{', '.join(dead)} exited early\n{self.report()}"
+
+    def wait_until(
+        self, what: str, predicate: Callable[[], bool], timeout_s: float = STARTUP_TIMEOUT_S
+    ) -> None:
+        """Poll ``predicate`` every 0.25 s until it is true, while every process lives.
+
+        Raises:
+            AssertionError: a process died, or ``timeout_s`` passed (with the logs).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if predicate():
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"timed out waiting for {what}\n{self.report()}")
+
+    def stop(self) -> None:
+        """SIGTERM every process group, then SIGKILL what is left after 15 s."""
+        for proc in self.procs.values():
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in self.procs.values():
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stragglers, e.g. prefork children
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+def healthy(url: str) -> bool:
+    """True when ``<url>/healthz`` answers 200."""
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def pg_database(name: str) -> Iterator[str]:
+    """A fresh PostgreSQL database ``name`` (dropped first if present, and afterwards); yields
+    its ``postgres://`` URL."""
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def chromium_launch(playwright: Playwright) -> Browser:
+    """Debian's headless Chromium (``CHROMIUM``) under Playwright, with no sandbox (containers),
+    no GPU and none of its background network traffic.
+
+    Raises:
+        FileNotFoundError: Chromium is not installed (the message says how to install it).
+    """
+    if not CHROMIUM.exists():
+        raise FileNotFoundError(CHROMIUM_MISSING)
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+def console_sign_in(page: Page, url: str, username: str, password: str) -> None:
+    """Open ``url``'s root as an anonymous user, which leads to the console's sign-in form
+    (Django's ``username`` and ``password`` fields), and sign in; returns once the browser has
+    left the sign-in page."""
+    page.goto(f"{url}/")
+    page.locator('input[name="username"]').fill(username)
+    page.locator('input[name="password"]').fill(password)
+    page.locator('form:has(input[name="password"]) [type="submit"]').click()
+    page.wait_for_url(lambda current: "/console/login/" not in current)
