@@ -132,8 +132,8 @@ def _preview(
     on_frozen: Callable[[set[str]], None] | None,
 ) -> AuditEntry:
     """The dry run: the candidates whose state allows ``action``, in their order, as the
-    pending targets of a new ``previewed`` bulk entry (each target's ``detail.state``: its
-    state at the preview).
+    pending targets of a new ``previewed`` bulk entry (each target's ``detail.preview_state``:
+    its state at the preview, kept when the result is recorded).
 
     Raises:
         InvalidInput: ``invalid_action``, ``reason_required``, ``reason_too_long``;
@@ -165,7 +165,7 @@ def _preview(
             reason=reason,
             state=AuditEntry.State.PREVIEWED,
             result=f"previewed: {len(rows)} transactions to {action}",
-            targets={tid: (Result.PENDING, {"state": state}) for tid, state in rows},
+            targets={tid: (Result.PENDING, {"preview_state": state}) for tid, state in rows},
             scope=scope,
         )
     logger.info("%s previewed bulk #%d: %s %d transactions", actor, entry.pk, action, len(rows))
@@ -275,7 +275,8 @@ def _target_apply(entry: AuditEntry, target_id: int, transaction_id: str) -> str
             )
             target.result, target.detail = Result.DONE, {**target.detail, "state": tx.state}
         except Exception as exc:  # noqa: BLE001 - recorded as the target's result
-            target.result, target.detail = refusal_result(exc), refusal_detail(exc)
+            target.result = refusal_result(exc)
+            target.detail = {**target.detail, **refusal_detail(exc)}
         target.save(update_fields=["result", "detail"])
     return target.result
 

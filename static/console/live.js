@@ -9,8 +9,10 @@
  * Dispatches CustomEvents on `document` (`detail` = the payload):
  *   halfmoon:transaction  one per transaction event (not while paused: those are counted)
  *   halfmoon:bulk         one per bulk-action progress event (also while paused)
- *   halfmoon:resync       events may have been missed: after a reconnect, and once on resume
- *                         from a pause; pages reload their data
+ *   halfmoon:resync       events may have been missed: on every open of the socket (the first
+ *                         covers the gap between the page's render and the socket joining;
+ *                         later ones a reconnect), and once on resume from a pause; pages
+ *                         reload their data
  *   halfmoon:status       detail {state, missed}: state connecting | live | reconnecting |
  *                         paused | refused
  *
@@ -113,9 +115,9 @@
       connected = true;
       delay = MIN_DELAY_MS;
       render();
-      // Events sent while the socket was down are lost: pages reload (after a pause, the
-      // resume resyncs anyway).
-      if (again && !paused) emit("halfmoon:resync", { reason: "reconnect" });
+      // Events sent before the socket joined (between the page's render and now) or while it
+      // was down are lost: pages reload (after a pause, the resume resyncs anyway).
+      if (!paused) emit("halfmoon:resync", { reason: again ? "reconnect" : "open" });
     });
     socket.addEventListener("message", onMessage);
     socket.addEventListener("close", function (event) {

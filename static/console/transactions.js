@@ -170,7 +170,10 @@
           var doc = new DOMParser().parseFromString(html, "text/html");
           var fresh = doc.getElementById("tx-detail");
           var current = document.getElementById("tx-detail");
-          if (fresh && current) {
+          // Replace only what changed (data-version: state, checks, next check, end, timeline
+          // length), and never under an open dialog: a resync that finds nothing new leaves
+          // the page, and whatever the operator is doing on it, alone.
+          if (fresh && current && fresh.dataset.version !== current.dataset.version) {
             var open = current.querySelector("dialog[open]");
             if (!open) current.replaceWith(fresh);
           }
