@@ -3,6 +3,7 @@ serializes the result; errors become the contract's body in ``broker.api.excepti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -62,8 +63,9 @@ class AdminListCreateView(APIView):
 
     GET lists ``rows()`` through ``out_serializer``; POST validates ``in_serializer``, calls
     the one service ``create(**validated_data)`` and answers 201 with ``created_serializer``
-    (``out_serializer`` if None). A subclass names these and the two summaries; its OpenAPI
-    operations are built from them.
+    (``out_serializer`` if None). A subclass names these (``rows`` a selector and ``create`` a
+    service, as ``staticmethod``) and the two summaries; its OpenAPI operations are built from
+    them.
     """
 
     permission_classes = [IsAdminKey]
@@ -72,6 +74,8 @@ class AdminListCreateView(APIView):
     created_serializer: type[Serializer] | None = None
     list_summary: str
     create_summary: str
+    rows: Callable[[], Any]
+    create: Callable[..., Any]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -85,12 +89,6 @@ class AdminListCreateView(APIView):
                 summary=cls.create_summary,
             ),
         )(cls)
-
-    def rows(self) -> Any:
-        raise NotImplementedError
-
-    def create(self, **data: Any) -> Any:
-        raise NotImplementedError
 
     def get(self, request: Request) -> Response:
         return Response(self.out_serializer(self.rows(), many=True).data)

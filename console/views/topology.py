@@ -8,6 +8,7 @@ form error (status 400); an unknown or broker-owned name is a 404.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from django.contrib import messages
@@ -66,7 +67,7 @@ class ConsumerGroupListView(ViewConsoleRequired, View):
         )
 
 
-class _ServiceFormView(ManageConsoleRequired, View):
+class _ServiceFormView(ManageConsoleRequired, View, ABC):
     """GET shows ``form_class`` (filled by ``initial``); POST validates it and calls
     ``apply``; a service error is shown on the form, success redirects to ``list_route``."""
 
@@ -79,9 +80,9 @@ class _ServiceFormView(ManageConsoleRequired, View):
         """The form's initial values (an edit: the object's current ones)."""
         return {}
 
+    @abstractmethod
     def apply(self, data: dict[str, Any], name: str | None) -> Any:
         """Call the service with the cleaned ``data``; return what it returned."""
-        raise NotImplementedError
 
     def done(self, request: HttpRequest, result: Any) -> HttpResponse:
         """The answer after a successful ``apply``: back to the list with a message."""

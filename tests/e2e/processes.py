@@ -75,20 +75,31 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+E2E_SECRET_KEY = "halfmoon-e2e-key-not-secret"
+"""The secret key of the broker processes the e2e tests start (``DJANGO_DEBUG`` is off there,
+so ``halfmoon.security`` wants a key of their own)."""
+
+
 def broker_env(
     *, database_url: str, redis_url: str, var_dir: Path, settings: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment of the broker's processes: this one's without its ``HALFMOON_*`` and
-    ``CELERY_*`` variables, plus production settings (``halfmoon.settings``), the given database,
-    Redis, var directory (secret key file, static files) and broker ``settings``."""
+    """The environment of the broker's processes: this one's without its ``HALFMOON_*``,
+    ``CELERY_*`` and ``DJANGO_*`` variables, plus production settings (``halfmoon.settings``,
+    ``DJANGO_DEBUG`` off, ``E2E_SECRET_KEY``), the given database, Redis and var directory
+    (static files), then ``settings`` (broker settings, log level, pool sizes) on top."""
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "CELERY_"))},
-        **(settings or {}),
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HALFMOON_", "CELERY_", "DJANGO_"))
+        },
         "DATABASE_URL": database_url,
         "REDIS_URL": redis_url,
         "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
+        "DJANGO_SECRET_KEY": E2E_SECRET_KEY,
         "HALFMOON_VAR_DIR": str(var_dir),
         "PYTHONUNBUFFERED": "1",
+        **(settings or {}),
     }
 
 

@@ -32,6 +32,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.e2e.processes import broker_env
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -139,19 +140,12 @@ def _states() -> dict[str, str]:
 def crash_env(tmp_path):
     _recreate_database()
     redis.Redis.from_url(REDIS_URL).flushdb()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "CELERY_", "DJANGO_"))
-    }
-    env.update(
-        {
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
-            "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
-            "DJANGO_SECRET_KEY": "halfmoon-e2e-key-not-secret",  # DEBUG off: a key
-            "REDIS_URL": REDIS_URL,
-            "CELERY_BROKER_URL": REDIS_URL,
-            "HALFMOON_VAR_DIR": str(tmp_path / "var"),
+    env = broker_env(
+        database_url=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
+        redis_url=REDIS_URL,
+        var_dir=tmp_path / "var",
+        settings={
             "HALFMOON_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
             # Due at once, checked again every second, never discarded in this test.
             "HALFMOON_TRANSACTION_TIMEOUT_MS": "0",
             "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": "1000",
@@ -162,7 +156,7 @@ def crash_env(tmp_path):
             "HALFMOON_CHECK_REQUEST_TIMEOUT_MS": "4000",
             "HALFMOON_CHECK_SCAN_INTERVAL_MS": "1000",
             "HALFMOON_HALF_QUEUE_NUMS": "4",
-        }
+        },
     )
     migrate = subprocess.run(
         [PYTHON, "manage.py", "migrate", "--noinput"],

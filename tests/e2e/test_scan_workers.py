@@ -46,6 +46,7 @@ import psycopg
 import pytest
 import redis
 
+from tests.e2e.processes import broker_env
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -359,25 +360,17 @@ class Cluster:
 
 
 def cluster_env(db: str, var_dir: Path, settings: dict[str, str]) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("HALFMOON_", "CELERY_", "DJANGO_"))
-    }
-    env.update(
-        {
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{db}",
-            "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
-            "DJANGO_SECRET_KEY": "halfmoon-e2e-key-not-secret",  # DEBUG off: a key
-            "REDIS_URL": REDIS_URL,
-            "CELERY_BROKER_URL": REDIS_URL,
-            "HALFMOON_VAR_DIR": str(var_dir),
+    return broker_env(
+        database_url=f"postgres://postgres@127.0.0.1:5432/{db}",
+        redis_url=REDIS_URL,
+        var_dir=var_dir,
+        settings={
             "HALFMOON_LOG_LEVEL": "INFO",
             "HALFMOON_DB_POOL_MIN": "1",
             "HALFMOON_DB_POOL_MAX": "4",
-            "PYTHONUNBUFFERED": "1",
             **settings,
-        }
+        },
     )
-    return env
 
 
 @pytest.fixture(scope="module")
