@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Model
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
 from broker import models
@@ -60,8 +61,8 @@ def _adopt(obj: Model, saved: Model) -> None:
     obj._state.db = saved._state.db
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Stored messages and derived state: browse, never edit by hand."""
+class ViewOnly:
+    """No add, change or delete for anyone: a model admin or inline to browse only."""
 
     def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
@@ -71,6 +72,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
         return False
+
+
+class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
+    """Stored messages and derived state: browse, never edit by hand."""
 
 
 class ServiceAdmin(admin.ModelAdmin):
@@ -391,3 +396,106 @@ class AuditTargetAdmin(ReadOnlyAdmin):
     list_display = ["entry", "transaction_id", "result"]
     list_filter = ["result"]
     search_fields = ["transaction_id"]
+
+
+# --- The data pipeline: archive and reconciliation (view-only) ----------------------------------
+
+
+@admin.register(models.DeliveryEvent)
+class DeliveryEventAdmin(ReadOnlyAdmin):
+    """The delivery journal (deliveries, acks, dead letters): append-only."""
+
+    list_display = [
+        "id",
+        "timestamp",
+        "consumer_group",
+        "kind",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "msg_id",
+        "delivery_attempt",
+    ]
+    list_filter = ["kind"]
+    search_fields = ["msg_id", "consumer_group"]
+    show_full_result_count = False
+
+
+@admin.register(models.ArchiveWatermark)
+class ArchiveWatermarkAdmin(ReadOnlyAdmin):
+    list_display = ["name", "archived_until_timestamp", "pruned_until_timestamp"]
+
+
+@admin.register(models.ArchiveSegment)
+class ArchiveSegmentAdmin(ReadOnlyAdmin):
+    list_display = ["start_timestamp", "end_timestamp", "uri", "duration_ms", "rows"]
+
+
+INLINE_ROWS = 200  # a run page shows this many anomalies; the API and console page them all
+
+
+class _FirstRowsFormSet(BaseInlineFormSet):
+    """An inline formset showing only the first ``INLINE_ROWS`` rows (a run may store 10,000
+    anomalies: one admin page must not render them all)."""
+
+    def get_queryset(self) -> Any:
+        return super().get_queryset()[:INLINE_ROWS]
+
+
+class _ReadOnlyInline(ViewOnly, admin.TabularInline):
+    """A view-only inline of the first ``INLINE_ROWS`` rows."""
+
+    formset = _FirstRowsFormSet
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+
+class ReconciliationAnomalyInline(_ReadOnlyInline):
+    model = models.ReconciliationAnomaly
+    fields = ["kind", "transaction_id", "msg_id", "producer_group", "topic", "evidence"]
+    verbose_name_plural = f"anomalies (the first {INLINE_ROWS})"
+
+
+class ReconciliationAnalyticsInline(_ReadOnlyInline):
+    model = models.ReconciliationAnalytics
+    fields = [
+        f.name
+        for f in models.ReconciliationAnalytics._meta.concrete_fields
+        if f.name not in ("id", "run", "check_histogram")
+    ]
+    verbose_name_plural = f"analytics (the first {INLINE_ROWS} rows)"
+
+
+@admin.register(models.ReconciliationRun)
+class ReconciliationRunAdmin(ReadOnlyAdmin):
+    """Reconciliation runs with their stored anomalies and analytics. The daily schedule is
+    the periodic task ``halfmoon-reconcile`` (django-celery-beat's "Periodic tasks")."""
+
+    list_display = [
+        "id",
+        "state",
+        "trigger",
+        "since_timestamp",
+        "until_timestamp",
+        "transactions",
+        "anomalies_stored",
+        "started_timestamp",
+        "finished_timestamp",
+    ]
+    list_filter = ["state", "trigger"]
+    inlines = [ReconciliationAnomalyInline, ReconciliationAnalyticsInline]
+
+
+@admin.register(models.ReconciliationAnomaly)
+class ReconciliationAnomalyAdmin(ReadOnlyAdmin):
+    list_display = ["run", "kind", "transaction_id", "msg_id", "producer_group", "topic"]
+    list_filter = ["kind"]
+    search_fields = ["transaction_id", "msg_id"]
+    show_full_result_count = False
+
+
+@admin.register(models.ReconciliationAnalytics)
+class ReconciliationAnalyticsAdmin(ReadOnlyAdmin):
+    list_display = ["run", "hour_timestamp", "producer_group", "topic", "transactions"]
+    list_filter = ["producer_group"]

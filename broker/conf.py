@@ -57,6 +57,11 @@ class BrokerConf:
     check_group_max_per_second = _BrokerSetting()
     check_max_process_time_ms = _BrokerSetting()
     lookup_cache_ms = _BrokerSetting()
+    archive_segment_ms = _BrokerSetting()
+    archive_lag_ms = _BrokerSetting()
+    archive_interval_ms = _BrokerSetting()
+    visibility_sla_ms = _BrokerSetting()
+    reconcile_max_stored_anomalies = _BrokerSetting()
 
     @classmethod
     def env_names(cls) -> set[str]:
@@ -74,6 +79,16 @@ class BrokerConf:
         """The Op flush's beat period in whole seconds (RIP-50 transactionOpBatchInterval,
         rounded; at least 1)."""
         return max(1, round(self.op_batch_interval_ms / 1000))
+
+    @property
+    def archive_interval_s(self) -> int:
+        """The archive export's beat period in whole seconds (at least 1)."""
+        return max(1, self.archive_interval_ms // 1000)
+
+    @property
+    def file_reserved_ms(self) -> int:
+        """HALFMOON_FILE_RESERVED_HOURS in ms (RocketMQ fileReservedTime)."""
+        return self.file_reserved_hours * 3_600_000
 
 
 conf = BrokerConf()

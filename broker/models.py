@@ -104,6 +104,8 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["msg_id"], name="message_msg_id"),
             models.Index(fields=["topic", "keys"], name="message_topic_keys"),
+            # The archive export (broker.services.archive) reads closed time segments.
+            models.Index(fields=["store_timestamp"], name="message_store_time"),
         ]
 
     def __str__(self) -> str:
@@ -281,12 +283,14 @@ class Resolution(models.Model):
             )
         ]
         indexes = [
+            # The archive export (broker.services.archive) reads closed time segments.
+            models.Index(fields=["resolved_timestamp"], name="resolution_time"),
             # The Op flusher (broker.services.ops.op_flush) and the scan checkpoint read these.
             models.Index(
                 fields=["half_queue_id", "half_queue_offset"],
                 condition=Q(op_commit_log_offset__isnull=True),
                 name="resolution_unflushed",
-            )
+            ),
         ]
 
     def __str__(self) -> str:
@@ -306,6 +310,9 @@ class TransactionEvent(models.Model):
         RESUMED = "resumed"
         RESOLVED = "resolved"
         CHECK_REQUESTED = "check_requested"  # an operator's "check now" (not a check)
+        # A producer's or check answer's commit/rollback refused (409) because the transaction
+        # had already ended: journalled after the refusal (broker.services.transactions).
+        END_REFUSED = "end_refused"
 
     transaction_id = models.CharField(max_length=64)
     kind = models.CharField(max_length=24, choices=Kind.choices)
@@ -316,7 +323,8 @@ class TransactionEvent(models.Model):
         blank=True,
         default="",
         help_text="check_sent: COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW, ACCEPTED (202) or TIMEOUT; "
-        "discarded: its reason; resolved: COMMIT or ROLLBACK; check_requested: empty",
+        "discarded: its reason; resolved: COMMIT or ROLLBACK; check_requested: empty; "
+        "end_refused: the refused end, COMMIT or ROLLBACK",
     )
     actor = models.CharField(
         max_length=160,
@@ -333,6 +341,8 @@ class TransactionEvent(models.Model):
             models.Index(fields=["kind", "outcome"], name="event_kind_outcome"),
             # The console's overview (broker.selectors_overview) reads the last hour's discards.
             models.Index(fields=["kind", "timestamp"], name="event_kind_time"),
+            # The archive export (broker.services.archive) reads closed time segments.
+            models.Index(fields=["timestamp"], name="event_time"),
         ]
 
     def __str__(self) -> str:
@@ -566,3 +576,164 @@ class AuditTarget(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.entry_id} {self.transaction_id} {self.result}"
+
+
+class DeliveryEvent(models.Model):
+    """The delivery journal: every message handed to a consumer group (each attempt), acked, or
+    moved to the group's DLQ. Append-only and keyed by values, not foreign keys, so it outlives
+    the in-flight ``Delivery`` row (deleted on ack) and the message itself once pruned; the
+    archive exports it and the reconciliation reads deliveries per consumer group from it."""
+
+    class Kind(models.TextChoices):
+        DELIVERED = "delivered"  # handed to a receiver (delivery_attempt says which time)
+        ACKED = "acked"
+        DEAD_LETTERED = "dead_lettered"  # past max_delivery_attempts, copied to %DLQ%{group}
+
+    consumer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127)
+    queue_id = models.PositiveIntegerField()
+    queue_offset = models.BigIntegerField()
+    commit_log_offset = models.BigIntegerField(help_text="The message's commit log offset")
+    msg_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    delivery_attempt = models.PositiveIntegerField(default=1)
+    timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = [
+            # The archive export (broker.services.archive) reads closed time segments.
+            models.Index(fields=["timestamp"], name="delivery_event_time"),
+            # The transaction timeline reads the deliveries of one delivered message.
+            models.Index(fields=["commit_log_offset"], name="delivery_event_message"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group} {self.kind} {self.msg_id}"
+
+
+class ArchiveWatermark(models.Model):
+    """How far the logs are archived (``broker.services.archive``): every row stored before
+    ``archived_until_timestamp`` (ms) is in a complete segment of the archive, and rows before
+    ``pruned_until_timestamp`` that were final are gone from the database. One row, ``logs``;
+    it advances only after a segment is in place with its ``_SUCCESS`` marker."""
+
+    name = models.CharField(max_length=16, primary_key=True)
+    archived_until_timestamp = models.BigIntegerField(default=0)
+    pruned_until_timestamp = models.BigIntegerField(default=0)
+    updated_timestamp = models.BigIntegerField(default=now_ms)
+
+    def __str__(self) -> str:
+        return f"{self.name} archived to {self.archived_until_timestamp}"
+
+
+class ArchiveSegment(models.Model):
+    """One archived time segment ``[start_timestamp, end_timestamp)`` (ms) of every log, written
+    under ``uri`` (HALFMOON_ARCHIVE_URI at the time), with its row count per archive table
+    (``broker.pipeline.schema.ARCHIVE_TABLES``)."""
+
+    start_timestamp = models.BigIntegerField(primary_key=True)
+    end_timestamp = models.BigIntegerField()
+    uri = models.CharField(max_length=1024)
+    rows = models.JSONField(default=dict, help_text="Rows per archive table")
+    archived_timestamp = models.BigIntegerField(default=now_ms)
+    duration_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["start_timestamp"]
+
+    def __str__(self) -> str:
+        return f"segment {self.start_timestamp}-{self.end_timestamp}"
+
+
+class ReconciliationRun(models.Model):
+    """One run of the reconciliation job (``broker.services.reconciliation``): the window of
+    half message times it judged (``since_timestamp``..``until_timestamp``, ms), how far the
+    archive reached (``as_of_timestamp``), its counts and, once finished, where its Parquet
+    output lies. Anomalies beyond HALFMOON_RECONCILE_MAX_STORED_ANOMALIES are counted in
+    ``anomaly_counts`` and kept only in the Parquet output."""
+
+    class State(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    trigger = models.CharField(max_length=32, help_text="command, beat, or console:<username>")
+    since_timestamp = models.BigIntegerField()
+    until_timestamp = models.BigIntegerField()
+    as_of_timestamp = models.BigIntegerField()
+    started_timestamp = models.BigIntegerField(default=now_ms)
+    finished_timestamp = models.BigIntegerField(null=True, blank=True)
+    spark_master = models.CharField(max_length=255)
+    output_uri = models.CharField(max_length=1024, blank=True, default="")
+    params = models.JSONField(default=dict, help_text="The settings the run judged by")
+    transactions = models.BigIntegerField(default=0, help_text="Transactions judged")
+    states = models.JSONField(default=dict, help_text="Transactions by final state")
+    anomaly_counts = models.JSONField(default=dict, help_text="Anomalies by kind (all of them)")
+    anomalies_stored = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["state", "-id"], name="reconciliation_run_state")]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.state}"
+
+
+class ReconciliationAnomaly(models.Model):
+    """One anomaly a reconciliation run found (``broker.rules.anomalies.AnomalyKind``), naming
+    the transaction (or, for a delivery without a half message, the msg_id) and its evidence."""
+
+    run = models.ForeignKey(ReconciliationRun, on_delete=models.CASCADE, related_name="anomalies")
+    kind = models.CharField(max_length=32)
+    transaction_id = models.CharField(max_length=64, blank=True, default="")
+    msg_id = models.CharField(max_length=64, blank=True, default="")
+    producer_group = models.CharField(max_length=127, blank=True, default="")
+    topic = models.CharField(max_length=127, blank=True, default="")
+    evidence = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["run", "kind"], name="reconciliation_anomaly_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.transaction_id or self.msg_id}"
+
+
+class ReconciliationAnalytics(models.Model):
+    """The analytics of a run per producer group, topic and hour of half message time: counts
+    by final state, resolution latency percentiles (ms, half stored to end), the check-count
+    histogram (``{"0": n, "1": n, ...}``), the discard rate (discarded / transactions) and how
+    long the producer group was unreachable in that hour (ms)."""
+
+    run = models.ForeignKey(ReconciliationRun, on_delete=models.CASCADE, related_name="analytics")
+    producer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127)
+    hour_timestamp = models.BigIntegerField(help_text="Start of the hour (ms)")
+    transactions = models.BigIntegerField(default=0)
+    committed = models.BigIntegerField(default=0)
+    rolled_back = models.BigIntegerField(default=0)
+    discarded = models.BigIntegerField(default=0)
+    pending = models.BigIntegerField(default=0)
+    resolution_p50_ms = models.BigIntegerField(null=True, blank=True)
+    resolution_p95_ms = models.BigIntegerField(null=True, blank=True)
+    resolution_p99_ms = models.BigIntegerField(null=True, blank=True)
+    check_histogram = models.JSONField(default=dict)
+    discard_rate = models.FloatField(default=0.0)
+    unreachable_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["hour_timestamp", "producer_group", "topic"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "producer_group", "topic", "hour_timestamp"],
+                name="one_analytics_row_per_run_group_topic_hour",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["producer_group", "hour_timestamp"], name="analytics_group_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.producer_group} {self.topic} @{self.hour_timestamp}"

@@ -28,6 +28,7 @@ from broker.models import (
     AuditTarget,
     ConsumerOffset,
     Delivery,
+    DeliveryEvent,
     Message,
     ProducerGroup,
     Resolution,
@@ -326,6 +327,13 @@ def _event_entry(event: TransactionEvent, check_max: int) -> TimelineEntry:
         title = f"Checks resumed by {event.actor} (was discarded: {d.get('discard_reason') or '?'})"
     elif kind == TransactionEvent.Kind.RESOLVED:
         title = f"{event.outcome} by {event.actor}: {d.get('reason', '')}"
+    elif kind == TransactionEvent.Kind.END_REFUSED:
+        verb = "Commit" if event.outcome == Resolution.Action.COMMIT else "Rollback"
+        sender = "the producer" if event.actor == ResolvedBy.PRODUCER else "a check answer"
+        title = f"{verb} from {sender} refused: already {d.get('state') or '?'}"
+        if d.get("resolved_by"):
+            title += f" (by {d['resolved_by']})"
+        d["action"] = event.outcome
     elif kind == "check_requested":
         title = f"Check requested by {event.actor}"
         if d.get("reason"):
@@ -409,20 +417,57 @@ def _message_entries(
     return out, delivered
 
 
+_JOURNAL_TITLES = {
+    DeliveryEvent.Kind.DELIVERED: ("consumer_received", "Received by {group}, attempt {attempt}"),
+    DeliveryEvent.Kind.ACKED: ("consumer_acked", "Acked by {group} (attempt {attempt})"),
+    DeliveryEvent.Kind.DEAD_LETTERED: (
+        "consumer_dead_lettered",
+        "Dead-lettered to %DLQ%{group} after {attempt} attempts",
+    ),
+}
+
+
+def _journal_entries(
+    delivered: Message, dead: dict[str, Message]
+) -> tuple[list[TimelineEntry], set[str]]:
+    """The delivery journal of the delivered message (``DeliveryEvent``, in insertion order):
+    each hand-out to a consumer group (``consumer_received``, with its attempt), ack
+    (``consumer_acked``) and dead letter (``consumer_dead_lettered``, with the commit log
+    offset of its copy in ``dead``, by group), timed. Returns the entries and the groups they
+    name."""
+    out = []
+    groups = set()
+    for event in DeliveryEvent.objects.filter(commit_log_offset=delivered.pk).order_by("id"):
+        kind, title = _JOURNAL_TITLES[event.kind]
+        group = event.consumer_group
+        groups.add(group)
+        detail: dict[str, Any] = {"delivery_attempt": event.delivery_attempt}
+        if event.kind == DeliveryEvent.Kind.DEAD_LETTERED and group in dead:
+            detail["commit_log_offset"] = dead[group].commit_log_offset
+        text = title.format(group=group, attempt=event.delivery_attempt)
+        out.append(TimelineEntry(event.timestamp, kind, text, group, detail))
+    return out, groups
+
+
 def _consumer_entries(delivered: Message, messages: list[Message]) -> list[TimelineEntry]:
-    """Each consumer group's hand-outs of the delivered message: in flight (attempt, invisible
-    until), dead-lettered, or acked (taken by the group's offset, no delivery left: the ack
-    time is not journalled); groups whose offset has not reached it are waiting."""
-    offsets = ConsumerOffset.objects.filter(
-        topic=delivered.topic, queue_id=delivered.queue_id
-    ).exclude(consumer_group=CHECK_GROUP)
-    in_flight = {d.consumer_group: d for d in Delivery.objects.filter(message_id=delivered.pk)}
+    """Each consumer group's hand-outs of the delivered message.
+
+    From the delivery journal (``_journal_entries``): when each group received it (each
+    attempt), acked it or had it dead-lettered. Then, untimed, what the group holds now: in
+    flight (attempt, invisible until) or, for a group whose offset has not reached it, waiting.
+    For a group with no journal rows (deliveries before the journal existed, or rows pruned
+    past ``HALFMOON_FILE_RESERVED_HOURS``) it is said from the offsets and the DLQ copy as
+    before: dead-lettered (timed by the copy), or acked (untimed: not journalled)."""
     dead = {
         m.topic.removeprefix(DLQ_GROUP_TOPIC_PREFIX): m
         for m in messages
         if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
     }
-    out = []
+    out, journalled = _journal_entries(delivered, dead)
+    offsets = ConsumerOffset.objects.filter(
+        topic=delivered.topic, queue_id=delivered.queue_id
+    ).exclude(consumer_group=CHECK_GROUP)
+    in_flight = {d.consumer_group: d for d in Delivery.objects.filter(message_id=delivered.pk)}
     for offset in offsets.order_by("consumer_group"):
         group = offset.consumer_group
         if group in in_flight:
@@ -440,6 +485,8 @@ def _consumer_entries(delivered: Message, messages: list[Message]) -> list[Timel
                     detail,
                 )
             )
+        elif group in journalled:
+            continue  # acked or dead-lettered: the journal said when
         elif group in dead:
             m = dead[group]
             attempts = m.properties.get(PROPERTY_DELIVERY_ATTEMPT, "?")
@@ -484,7 +531,10 @@ _KIND_RANK = {
     "half_reappended": 5,
     "resolved": 6,
     "delivered": 7,
-    "consumer_dead_lettered": 8,
+    "end_refused": 8,
+    "consumer_received": 8,
+    "consumer_acked": 9,
+    "consumer_dead_lettered": 9,
 }
 
 
@@ -506,15 +556,20 @@ def transaction_timeline(transaction_id: str) -> list[TimelineEntry]:
     ``check_undelivered``, ``check_requested`` (an operator's "check now"), ``discarded`` and
     ``discard_copy`` (on TRANS_CHECK_MAX_TIME_TOPIC), ``resumed``, ``resolved`` (the end:
     commit or rollback, by the producer, a check answer or an operator with name and reason),
-    ``delivered`` (the message on its real topic), then per consumer group
-    ``consumer_dead_lettered`` (timed), ``consumer_in_flight``, ``consumer_acked`` and
-    ``consumer_waiting`` (untimed, last), ``audit`` (an operator action that changed nothing:
-    refused, failed or pending).
+    ``end_refused`` (a producer's or check answer's end refused because the transaction had
+    already ended), ``delivered`` (the message on its real topic), then per consumer group from
+    the delivery journal ``consumer_received`` (each attempt), ``consumer_acked`` and
+    ``consumer_dead_lettered`` (timed), and what it holds now, ``consumer_in_flight`` and
+    ``consumer_waiting`` (untimed, last; a group with no journal rows shows
+    ``consumer_acked`` untimed), ``audit`` (an operator action that changed nothing: refused,
+    failed or pending).
 
     Sources: the half, discard, delivered and dead-letter copies in the commit log (``Message``
     by msg_id), the check and operator journal (``TransactionEvent``), the resolution journal
     (``Resolution``), the operators' audit log (``AuditTarget``: actions that changed
-    nothing, kind ``audit``), consumer offsets and in-flight deliveries. Eight queries at most.
+    nothing, kind ``audit``), the delivery journal (``DeliveryEvent`` by the delivered
+    message's commit log offset), consumer offsets and in-flight deliveries. Nine queries at
+    most.
 
     Raises:
         NotFound: ``transaction_not_found``.

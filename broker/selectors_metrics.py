@@ -214,6 +214,8 @@ def event_counts() -> EventCounts:
         operator=dict.fromkeys(OPERATOR_ACTIONS, 0),
     )
     for (kind, outcome), totals in rollup_totals(EVENTS).items():
+        if kind == TransactionEvent.Kind.END_REFUSED:
+            continue  # a producer's refused end is not an operator action (the timeline shows it)
         if kind in _CHECK_KINDS:
             into, label = counts.checks, outcome
         elif kind == TransactionEvent.Kind.DISCARDED:

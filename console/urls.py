@@ -3,7 +3,7 @@ its view module."""
 
 from __future__ import annotations
 
-from console.views import actions, audit, auth, overview, topology, transactions
+from console.views import actions, audit, auth, overview, reconciliation, topology, transactions
 
 app_name = "console"
 
@@ -14,4 +14,5 @@ urlpatterns = [
     *actions.urlpatterns,
     *audit.urlpatterns,
     *topology.urlpatterns,
+    *reconciliation.urlpatterns,
 ]

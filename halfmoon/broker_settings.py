@@ -161,6 +161,42 @@ BROKER_SETTINGS += (
         "How long a process caches access keys, topics and producer groups (ms); 0 turns it off.",
         0,
     ),
+    BrokerSetting(
+        "HALFMOON_ARCHIVE_SEGMENT_MS",
+        600000,
+        "-",
+        "Length of one archived time segment of the logs (ms; must divide an hour).",
+        1000,
+        3600000,
+    ),
+    BrokerSetting(
+        "HALFMOON_ARCHIVE_LAG_MS",
+        60000,
+        "-",
+        "A segment is archived only this long after its end, when no write in flight can still land in it (ms).",
+        0,
+    ),
+    BrokerSetting(
+        "HALFMOON_ARCHIVE_INTERVAL_MS",
+        60000,
+        "-",
+        "How often beat starts the archive export and prune (ms, whole seconds).",
+        1000,
+    ),
+    BrokerSetting(
+        "HALFMOON_VISIBILITY_SLA_MS",
+        1000,
+        "-",
+        "The reconciliation flags a commit that took longer than this from end to visible (ms).",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_RECONCILE_MAX_STORED_ANOMALIES",
+        10000,
+        "-",
+        "Anomalies of one reconciliation run kept in the database for the API and console (all are in its Parquet output).",
+        1,
+    ),
 )
 
 

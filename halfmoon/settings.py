@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
@@ -136,12 +137,33 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Spark work runs on its own queue and worker process (Procfile: pipeline), so a long
+# reconciliation never delays a back-check, and one process keeps the Spark session.
+CELERY_TASK_ROUTES = {"tasks.pipeline.*": {"queue": "pipeline"}}
 
 # --- Broker settings (RocketMQ names and defaults; see halfmoon/broker_settings.py) -----------
 HALFMOON_SETTINGS: dict[str, int] = {
     spec.name: env_int(spec.name, spec.default, minimum=spec.minimum, maximum=spec.maximum)
     for spec in BROKER_SETTINGS
 }
+
+if 3_600_000 % HALFMOON_SETTINGS["HALFMOON_ARCHIVE_SEGMENT_MS"]:
+    raise ImproperlyConfigured(
+        "HALFMOON_ARCHIVE_SEGMENT_MS must divide an hour (3600000 ms): the archive is "
+        "partitioned by date and hour, and a segment never spans two hours."
+    )
+
+# --- The data pipeline (archive to Parquet, reconciliation on Spark; broker/pipeline) -------
+# Where the logs are archived: a path (relative paths under the project) or a URI Spark's
+# Hadoop connectors read: file://, s3a://, hdfs://.
+HALFMOON_ARCHIVE_URI = env_str("HALFMOON_ARCHIVE_URI", str(VAR_DIR / "archive"))
+if "://" not in HALFMOON_ARCHIVE_URI and not HALFMOON_ARCHIVE_URI.startswith("file:"):
+    # A bare path is made absolute: a cluster's executors do not share the driver's directory.
+    HALFMOON_ARCHIVE_URI = str((BASE_DIR / HALFMOON_ARCHIVE_URI).resolve())
+# The Spark master of the archive export and the reconciliation: local[*], local[2],
+# local-cluster[2,1,1024], spark://host:7077.
+HALFMOON_SPARK_MASTER = env_str("HALFMOON_SPARK_MASTER", "local[*]")
+HALFMOON_SPARK_DRIVER_MEMORY = env_str("HALFMOON_SPARK_DRIVER_MEMORY", "2g")
 
 # Request bodies: a 4 MiB body is ~5.6 MB as base64, plus properties and JSON framing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = HALFMOON_SETTINGS["HALFMOON_MAX_MESSAGE_SIZE"] * 2 + 1024 * 1024

@@ -10,7 +10,7 @@ from celery.signals import import_modules
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
-app = Celery("halfmoon", include=["tasks.checks", "tasks.ops", "tasks.console"])
+app = Celery("halfmoon", include=["tasks.checks", "tasks.ops", "tasks.console", "tasks.pipeline"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
@@ -27,7 +27,10 @@ def _refuse_development_secret_key(sender: Celery, **kwargs: object) -> None:
 @app.on_after_finalize.connect
 def _beat_schedule(sender: Celery, **kwargs: object) -> None:
     """Beat fans the back-check scan out per half queue every HALFMOON_CHECK_SCAN_INTERVAL_MS
-    and flushes Op messages every HALFMOON_OP_BATCH_INTERVAL_MS (whole seconds).
+    flushes Op messages every HALFMOON_OP_BATCH_INTERVAL_MS and archives the logs every
+    HALFMOON_ARCHIVE_INTERVAL_MS (whole seconds). The daily reconciliation is a crontab entry
+    of its own in django-celery-beat's tables, editable in the admin
+    (``broker.services.reconciliation``).
 
     Each entry expires before its next run, so a slow scan never piles up behind itself.
     """
@@ -35,6 +38,7 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
 
     every_s = conf.check_scan_interval_s
     op_every_s = conf.op_batch_interval_s
+    archive_every_s = conf.archive_interval_s
     sender.conf.beat_schedule = {
         "halfmoon-check-dispatch": {
             "task": "tasks.checks.check_dispatch",
@@ -45,5 +49,10 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "tasks.ops.op_flush_all",
             "schedule": op_every_s,
             "options": {"expires": op_every_s},
+        },
+        "halfmoon-archive-export": {
+            "task": "tasks.pipeline.archive_export",
+            "schedule": archive_every_s,
+            "options": {"expires": archive_every_s},
         },
     }

@@ -30,6 +30,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """The test run's one Spark session on ``local[2]`` (HALFMOON_SPARK_MASTER of
+    halfmoon.settings_test), started on first use (~6 s) and stopped at the end."""
+    from broker.pipeline.spark import spark_session, spark_stop
+
+    session = spark_session()
+    yield session
+    spark_stop()
+
+
 def client_for(token: str | None) -> APIClient:
     """An API client sending ``Authorization: Bearer <token>`` (none when token is None)."""
     client = APIClient()

@@ -37,6 +37,16 @@ _ROUTES = [
         views.TransactionResumeCheckView,
         "transaction-resume-check",
     ),
+    (
+        "reconciliation/runs/latest",
+        views.ReconciliationRunLatestView,
+        "reconciliation-run-latest",
+    ),
+    (
+        "reconciliation/runs/<int:run_id>",
+        views.ReconciliationRunDetailView,
+        "reconciliation-run-detail",
+    ),
 ]
 
 urlpatterns = [path(route, view.as_view(), name=name) for route, view, name in _ROUTES]

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
-from broker import selectors, selectors_console
+from broker import selectors, selectors_console, selectors_reconciliation
 from broker.api import serializers as s
 from broker.api.permissions import (
     IsAdminKey,
@@ -425,3 +425,62 @@ class AckView(APIView):
             consumer_group=group, receipt_handles=data["receipt_handles"]
         )
         return Response({"acked": acked, "failed": failed})
+
+
+# --- Reconciliation (admin; an addition to api-v1) ----------------------------------------------
+
+
+class _ReconciliationRunView(APIView):
+    """One reconciliation run as ``ReconciliationRunOutSerializer``, with the page of its stored
+    anomalies the query asks for (``kind``, ``limit``, ``offset``)."""
+
+    permission_classes = [IsAdminKey]
+
+    @staticmethod
+    def answer(request: Request, run: Any) -> Response:
+        query = _valid(s.ReconciliationRunQuerySerializer, request.query_params)
+        anomalies = selectors_reconciliation.reconciliation_anomalies(run, kind=query.get("kind"))
+        run.anomalies_matching = anomalies.count()
+        run.anomalies_page = list(anomalies[query["offset"] : query["offset"] + query["limit"]])
+        return Response(s.ReconciliationRunOutSerializer(run).data)
+
+
+_RUN_DESCRIPTION = (
+    "The window of half message store times the run judged (`since`..`until`, ms) as of the "
+    "archive's watermark (`as_of`), transactions by final state, anomalies by kind (all of "
+    "them) and the stored anomalies (at most HALFMOON_RECONCILE_MAX_STORED_ANOMALIES; all are "
+    "in the Parquet output at `output_uri`), filtered by `kind` and paged with `limit` "
+    "(default 1000, at most 10000) and `offset`; `anomalies_matching` counts the stored ones "
+    "that match `kind`. Admin key."
+)
+
+
+def _run_schema(summary: str, note: str) -> Callable[[Any], Any]:
+    """The OpenAPI operation of a run endpoint: its query, answer and errors, and
+    ``_RUN_DESCRIPTION`` followed by ``note``."""
+    return extend_schema(
+        parameters=[s.ReconciliationRunQuerySerializer],
+        responses={200: s.ReconciliationRunOutSerializer, **_errors(404)},
+        summary=summary,
+        description=f"{_RUN_DESCRIPTION} {note}",
+    )
+
+
+class ReconciliationRunLatestView(_ReconciliationRunView):
+    @_run_schema(
+        "The latest successful reconciliation run (admin key)",
+        "The latest run that SUCCEEDED (a running or failed run has no report); 404 "
+        "`reconciliation_run_not_found` before the first.",
+    )
+    def get(self, request: Request) -> Response:
+        return self.answer(request, selectors_reconciliation.reconciliation_run_latest())
+
+
+class ReconciliationRunDetailView(_ReconciliationRunView):
+    @_run_schema(
+        "One reconciliation run, whatever its state (admin key)",
+        "A `running` run has no counts yet, a `failed` one says why in `error`; 404 "
+        "`reconciliation_run_not_found` for an unknown id.",
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        return self.answer(request, selectors_reconciliation.reconciliation_run_get(run_id))

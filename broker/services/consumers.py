@@ -6,6 +6,11 @@ other receivers until its invisible time ends, when it is delivered again with
 ``delivery_attempt`` + 1, or, past the group's ``max_delivery_attempts``, moved to
 ``%DLQ%{group}``. The offset advance and the delivery rows commit together, so a crash loses
 no message: a taken message is acked, or delivered again.
+
+Every hand-out (each attempt), ack and dead letter is also journalled as a ``DeliveryEvent``
+(the delivery journal), in the same database transaction and with one bulk insert per call:
+the ``Delivery`` row is deleted on ack, the journal keeps when each consumer group received and
+acked each message (the transaction timeline, the archive and the reconciliation read it).
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ from broker.constants import (
     dlq_topic,
 )
 from broker.errors import Forbidden
-from broker.models import ConsumerGroup, ConsumerOffset, Delivery, Message, now_ms
+from broker.models import (
+    ConsumerGroup,
+    ConsumerOffset,
+    Delivery,
+    DeliveryEvent,
+    Message,
+    now_ms,
+)
 from broker.rules.topics import is_undeliverable_topic
 from broker.selectors import first_or_not_found, topic_get
 from broker.services.storage import message_copy
@@ -42,8 +54,27 @@ def _new_handle() -> str:
     return secrets.token_urlsafe(24)
 
 
-def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
-    """Move a message past its group's max_delivery_attempts to %DLQ%{group} (inside atomic)."""
+def _journal_entry(
+    *, group: str, message: Message, kind: str, attempt: int, now: int
+) -> DeliveryEvent:
+    """The delivery journal row (not saved) saying ``message`` was handed to, acked by or
+    dead-lettered for ``group`` at ``now`` (ms), at delivery attempt ``attempt``."""
+    return DeliveryEvent(
+        consumer_group=group,
+        topic=message.topic,
+        queue_id=message.queue_id,
+        queue_offset=message.queue_offset,
+        commit_log_offset=message.commit_log_offset,
+        msg_id=message.msg_id,
+        kind=kind,
+        delivery_attempt=attempt,
+        timestamp=now,
+    )
+
+
+def _dead_letter(delivery: Delivery, group: ConsumerGroup, *, now: int) -> DeliveryEvent:
+    """Move a message past its group's max_delivery_attempts to %DLQ%{group} (inside atomic);
+    returns its ``dead_lettered`` journal row, for the caller to insert."""
     message = delivery.message
     props = {
         **message.properties,
@@ -55,6 +86,13 @@ def _dead_letter(delivery: Delivery, group: ConsumerGroup) -> None:
         message, topic=dlq_topic(group.name), queue_id=0, properties=props, system_queue_nums=1
     )
     delivery.delete()
+    return _journal_entry(
+        group=group.name,
+        message=message,
+        kind=DeliveryEvent.Kind.DEAD_LETTERED,
+        attempt=delivery.delivery_attempt,
+        now=now,
+    )
 
 
 def _consumer_group_get(name: str) -> ConsumerGroup:
@@ -69,7 +107,8 @@ def messages_receive(
     Expired deliveries of the group come first (redelivered, or dead-lettered past
     ``max_delivery_attempts``), then new messages from the group's queue offsets. Queues locked
     by a concurrent receiver of the same group are skipped (``SKIP LOCKED``), so two receivers
-    never get the same message at the same time.
+    never get the same message at the same time. Each message handed out is journalled as a
+    ``DeliveryEvent`` ``delivered`` (with its attempt), each dead letter as ``dead_lettered``.
 
     Raises:
         NotFound: ``consumer_group_not_found``, ``topic_not_found``.
@@ -87,6 +126,8 @@ def messages_receive(
     now = now_ms()
     until = now + invisible_duration_ms
     out: list[Received] = []
+    journal: list[DeliveryEvent] = []  # dead letters, then hand-outs
+    handed: list[tuple[Message, int]] = []  # (message, delivery attempt)
     with transaction.atomic():
         expired = list(
             # of=self: lock the group's own delivery rows only, not the shared Message rows,
@@ -98,7 +139,7 @@ def messages_receive(
         )
         for delivery in expired:
             if delivery.delivery_attempt >= group.max_delivery_attempts:
-                _dead_letter(delivery, group)
+                journal.append(_dead_letter(delivery, group, now=now))
                 continue
             delivery.delivery_attempt += 1
             delivery.invisible_until_timestamp = until
@@ -109,6 +150,7 @@ def messages_receive(
             out.append(
                 Received(delivery.message, delivery.delivery_attempt, delivery.receipt_handle)
             )
+            handed.append((delivery.message, delivery.delivery_attempt))
 
         if len(out) < max_messages:
             ConsumerOffset.objects.bulk_create(
@@ -150,6 +192,18 @@ def messages_receive(
                 offset.offset = batch[-1].queue_offset + 1
                 offset.save(update_fields=["offset"])
                 out.extend(Received(d.message, 1, d.receipt_handle) for d in deliveries)
+                handed.extend((m, 1) for m in batch)
+        journal.extend(
+            _journal_entry(
+                group=consumer_group,
+                message=m,
+                kind=DeliveryEvent.Kind.DELIVERED,
+                attempt=attempt,
+                now=now,
+            )
+            for m, attempt in handed
+        )
+        DeliveryEvent.objects.bulk_create(journal)
     return out
 
 
@@ -159,6 +213,8 @@ def messages_ack(
     """Ack the deliveries behind ``receipt_handles`` for ``consumer_group``.
 
     A handle is valid until the message is acked or delivered again (then it has a new handle).
+    Each delivery acked is journalled as a ``DeliveryEvent`` ``acked`` (with the attempt acked)
+    in the database transaction that deletes it.
 
     Returns:
         (acked, failed): failed lists ``{"receipt_handle", "code": "invalid_receipt_handle"}``.
@@ -168,15 +224,27 @@ def messages_ack(
     """
     _consumer_group_get(consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
+    now = now_ms()
     with transaction.atomic():
-        found = set(
-            Delivery.objects.select_for_update()
+        # of=self: lock the group's delivery rows, not the shared Message rows they join.
+        taken = list(
+            Delivery.objects.select_for_update(of=("self",))
+            .select_related("message")
+            .defer("message__body", "message__properties")
             .filter(consumer_group=consumer_group, receipt_handle__in=unique)
-            .values_list("receipt_handle", flat=True)
         )
-        acked = Delivery.objects.filter(
-            consumer_group=consumer_group, receipt_handle__in=found
-        ).delete()[0]
+        found = {d.receipt_handle for d in taken}
+        acked = Delivery.objects.filter(pk__in=[d.pk for d in taken]).delete()[0]
+        DeliveryEvent.objects.bulk_create(
+            _journal_entry(
+                group=consumer_group,
+                message=d.message,
+                kind=DeliveryEvent.Kind.ACKED,
+                attempt=d.delivery_attempt,
+                now=now,
+            )
+            for d in taken
+        )
     failed = [
         {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
     ]

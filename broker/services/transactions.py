@@ -24,9 +24,9 @@ from broker.constants import (
     PROPERTY_UNIQ_KEY,
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
-from broker.errors import Conflict, Forbidden, InvalidInput
+from broker.errors import Conflict, Forbidden, InvalidInput, TransactionAlreadyResolved
 from broker.lookups import producer_group_require
-from broker.models import Transaction
+from broker.models import Transaction, TransactionEvent, now_ms
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     check_immunity_ms,
@@ -38,6 +38,7 @@ from broker.rules.states import (
     EndAction,
     ResolvedBy,
     TransactionState,
+    resolution_of_action,
     state_of_action,
 )
 from broker.selectors import first_or_not_found
@@ -216,24 +217,51 @@ def transaction_end(
         NotFound: ``transaction_not_found``.
         Forbidden: ``producer_group_mismatch`` (not the group that sent the half message).
         TransactionAlreadyResolved: the other action after resolution, or after a discard;
-            ``details`` name what ended it (``broker.services.audit.transaction_ended``).
+            ``details`` name what ended it (``broker.services.audit.transaction_ended``). The
+            refused end is journalled first (``end_refused``, see ``_end_refused_record``).
     """
     action_validate(action, END_ACTIONS)
-    with transaction.atomic():
-        tx = transaction_get_locked(transaction_id)
-        if tx.producer_group != producer_group:
-            raise Forbidden(
-                f"Transaction {transaction_id} was sent by another producer group.",
-                code="producer_group_mismatch",
-                details={"transaction_id": transaction_id},
-            )
-        if action not in RESOLVING_ACTIONS:  # unknown: the transaction stays PREPARED
-            return tx
-        target = state_of_action(action)
-        if tx.state == target:
-            return tx
-        if tx.state != TransactionState.PREPARED:
-            raise ended_refusal(tx)
-        by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
-        transaction_resolve_locked(tx, action=action, resolved_by=by, reason=remark or "")
+    by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
+    try:
+        with transaction.atomic():
+            tx = transaction_get_locked(transaction_id)
+            if tx.producer_group != producer_group:
+                raise Forbidden(
+                    f"Transaction {transaction_id} was sent by another producer group.",
+                    code="producer_group_mismatch",
+                    details={"transaction_id": transaction_id},
+                )
+            if action not in RESOLVING_ACTIONS:  # unknown: the transaction stays PREPARED
+                return tx
+            target = state_of_action(action)
+            if tx.state == target:
+                return tx
+            if tx.state != TransactionState.PREPARED:
+                raise ended_refusal(tx)
+            transaction_resolve_locked(tx, action=action, resolved_by=by, reason=remark or "")
+    except TransactionAlreadyResolved:
+        _end_refused_record(tx, action=action, actor=by)
+        raise
     return tx
+
+
+def _end_refused_record(tx: Transaction, *, action: str, actor: str) -> None:
+    """Journal a producer's or check answer's end refused because ``tx`` had already ended
+    (``TransactionEvent`` ``end_refused``: actor ``producer`` or ``check``, outcome COMMIT or
+    ROLLBACK, detail ``state``, ``resolved_by`` and ``resolved_timestamp`` of what ended it), in
+    its own database transaction after the refused one rolled back. A late end after a discard
+    is what the reconciliation reports as ``late_end`` (``broker.rules.anomalies``). Not
+    announced: the transaction did not change."""
+    with transaction.atomic():
+        transaction_event_record(
+            tx,
+            TransactionEvent.Kind.END_REFUSED,
+            timestamp=now_ms(),
+            actor=actor,
+            outcome=resolution_of_action(action),
+            detail={
+                "state": tx.state,
+                "resolved_by": tx.resolved_by,
+                "resolved_timestamp": tx.resolved_timestamp,
+            },
+        )

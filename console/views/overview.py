@@ -16,6 +16,10 @@ from django.views import View
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text, relative_text
 from broker.selectors_overview import Overview, overview
+from broker.selectors_reconciliation import (
+    reconciliation_run_latest_or_none,
+    reconciliation_runs_page,
+)
 from console.permissions import ViewConsoleRequired
 
 
@@ -54,10 +58,19 @@ def overview_json(data: Overview) -> dict[str, Any]:
 
 class OverviewView(ViewConsoleRequired, View):
     """``/console/``: tiles (pending now, discarded, unreachable groups, oldest pending), the
-    charts (drawn in the browser) and the unreachable and oldest-pending tables."""
+    charts (drawn in the browser), the unreachable and oldest-pending tables, and the latest
+    successful reconciliation's anomalies by kind (with the newest run, if it did not
+    succeed: running or failed)."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return render(request, "console/overview.html", {"overview": overview()})
+        latest = reconciliation_run_latest_or_none()
+        newest = next(iter(reconciliation_runs_page(per_page=1).runs), None)
+        context = {
+            "overview": overview(),
+            "reconciliation": latest,
+            "reconciliation_newest": newest if newest and newest != latest else None,
+        }
+        return render(request, "console/overview.html", context)
 
 
 class OverviewDataView(ViewConsoleRequired, View):

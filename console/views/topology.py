@@ -20,6 +20,10 @@ from django.views import View
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import ConsumerGroup, ProducerGroup, Topic
 from broker.selectors import first_or_not_found
+from broker.selectors_reconciliation import (
+    producer_group_analytics,
+    reconciliation_run_latest_or_none,
+)
 from broker.selectors_topology import consumer_group_rows, producer_group_rows, topic_rows
 from broker.services import admin
 from console.forms_topology import (
@@ -50,12 +54,18 @@ class TopicListView(ViewConsoleRequired, View):
 
 
 class ProducerGroupListView(ViewConsoleRequired, View):
-    """``/console/producer-groups/``: check URL, reachability, backoff, pending counts."""
+    """``/console/producer-groups/``: check URL, reachability, backoff, pending counts, and
+    each group's figures from the latest successful reconciliation (``analytics``: final
+    states, discard rate, worst hourly latency percentiles, time unreachable)."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return render(
-            request, "console/topology/producer_groups.html", {"rows": producer_group_rows()}
-        )
+        run = reconciliation_run_latest_or_none()
+        context = {
+            "rows": producer_group_rows(),
+            "analytics_run": run,
+            "analytics": list(producer_group_analytics(run).values()) if run else [],
+        }
+        return render(request, "console/topology/producer_groups.html", context)
 
 
 class ConsumerGroupListView(ViewConsoleRequired, View):

@@ -116,13 +116,16 @@ def test_the_schema_is_an_openapi_3_document(anonymous, db):
 def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
-    assert len(api_v1_paths()) == 16  # api-v1's 15 and the timeline (docs/api-additions.md)
+    # api-v1's 17 (the reconciliation runs included) and the timeline (docs/api-additions.md)
+    assert len(api_v1_paths()) == 18
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
     assert methods["/api/v1/transactions"] == {"get", "post"}
     assert methods["/api/v1/transactions/{transaction_id}/end"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/timeline"] == {"get"}
+    assert methods["/api/v1/reconciliation/runs/latest"] == {"get"}
+    assert methods["/api/v1/reconciliation/runs/{run_id}"] == {"get"}
     assert methods["/api/v1/transactions/{transaction_id}/resolve"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/resume-check"] == {"post"}
     assert methods["/api/v1/consumer-groups/{group}/receive"] == {"post"}

@@ -256,3 +256,26 @@ def console_sign_in(page: Page, url: str, username: str, password: str) -> None:
     page.locator('input[name="password"]').fill(password)
     page.locator('form:has(input[name="password"]) [type="submit"]').click()
     page.wait_for_url(lambda current: "/console/login/" not in current)
+
+
+@contextmanager
+def spark_standalone_cluster(directory: Path, *, workers: int = 2) -> Iterator[str]:
+    """A Spark standalone master and ``workers`` workers (1 core, 1 GiB each) on this machine,
+    started by ``bin/spark-cluster`` (the pyspark package's own ``spark-class``) on a free
+    port, logs under ``directory``; yields the master URL and stops them all on exit."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "HALFMOON_SPARK_MASTER_PORT": str(port),
+        "HALFMOON_SPARK_DIR": str(directory),
+        "HALFMOON_SPARK_WORKERS": str(workers),
+    }
+    script = ROOT / "bin" / "spark-cluster"
+    try:
+        started = subprocess.run(
+            [str(script), "start"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield f"spark://127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(script), "stop"], cwd=ROOT, env=env, timeout=60, check=False)

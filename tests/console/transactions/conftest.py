@@ -61,6 +61,7 @@ LIFE_KINDS = [
     "check_sent",
     "resolved",
     "delivered",
+    "consumer_received",
     "consumer_acked",
 ]
 """The timeline kinds of ``lived_transaction``, in order."""

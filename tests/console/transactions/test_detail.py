@@ -72,7 +72,7 @@ def test_the_timeline_of_a_whole_life_in_order(
     timeline = transaction_timeline(tx.transaction_id)
     kinds = [e.kind for e in timeline]
     assert kinds == LIFE_KINDS
-    half, check1, check2, end, delivered, acked = timeline
+    half, check1, check2, end, delivered, received, acked = timeline
     assert half.actor == "producer group G"
     assert half.detail["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC"
     assert (check1.detail["check_times"], check2.detail["check_times"]) == (1, 2)
@@ -83,7 +83,9 @@ def test_the_timeline_of_a_whole_life_in_order(
     assert end.actor == "producer group G"
     assert delivered.detail["topic"] == "TranTest"
     assert delivered.detail["queue_offset"] == tx.queue_offset
-    assert acked.actor == "C" and acked.timestamp is None
+    assert received.actor == acked.actor == "C"
+    assert received.detail["delivery_attempt"] == acked.detail["delivery_attempt"] == 1
+    assert delivered.timestamp <= received.timestamp <= acked.timestamp  # the delivery journal
     timestamps = [e.timestamp for e in timeline if e.timestamp is not None]
     assert timestamps == sorted(timestamps)
 

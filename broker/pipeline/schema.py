@@ -1,0 +1,146 @@
+"""The archive's layout and its tables: the one definition the export
+(``broker.services.archive``), the reconciliation job and the one-process baseline read.
+
+Layout under HALFMOON_ARCHIVE_URI::
+
+    {uri}/{table}/date=YYYY-MM-DD/hour=HH/segment={start_ms}/part-*.parquet   (+ _SUCCESS)
+    {uri}/_tmp/{table}/segment={start_ms}-{token}/                          (being written)
+    {uri}/reconciliation/run={id}/{facts,anomalies,buckets,analytics}/       (job output)
+
+A segment is a closed time range ``[start_ms, start_ms + HALFMOON_ARCHIVE_SEGMENT_MS)`` of each
+log's own time column (``TIME_COLUMNS``), in UTC. A table's directory holds only complete
+segments: each is written under ``_tmp`` and renamed into place, ``_SUCCESS`` included.
+``date``, ``hour`` and ``segment`` are directory (partition) columns, not in the files.
+
+Message bodies are not archived (they are the producers' data, not the broker's log); the Op
+messages' bodies are, parsed into ``op_offsets`` (``broker.rules.op_body``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+# (column, Spark SQL type) per table, in file order.
+ARCHIVE_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    # Every message of the commit log (broker.models.Message): half, Op, delivered, discarded,
+    # DLQ and normal messages.
+    "commit_log": (
+        ("commit_log_offset", "bigint"),
+        ("topic", "string"),
+        ("queue_id", "int"),
+        ("queue_offset", "bigint"),
+        ("msg_id", "string"),
+        ("producer_group", "string"),
+        ("tags", "string"),
+        ("keys", "string"),
+        ("sys_flag", "int"),
+        ("born_timestamp", "bigint"),
+        ("store_timestamp", "bigint"),
+        ("prepared_transaction_offset", "bigint"),  # delivered commits: the half's offset
+        ("real_topic", "string"),  # half messages: REAL_TOPIC
+        ("real_queue_id", "int"),  # half messages: REAL_QID
+        ("discard_reason", "string"),  # TRANS_CHECK_MAX_TIME_TOPIC copies: DISCARD_REASON
+        ("half_queue_offset", "bigint"),  # discard copies: HALF_QUEUE_OFFSET
+        ("op_offsets", "array<bigint>"),  # Op messages: the half queue offsets they name
+        ("body_size", "int"),
+        ("properties", "string"),  # JSON object
+    ),
+    # The resolution journal (broker.models.Resolution): one row per commit or rollback.
+    "resolutions": (
+        ("transaction_id", "string"),
+        ("half_queue_id", "int"),
+        ("half_queue_offset", "bigint"),
+        ("action", "string"),  # COMMIT | ROLLBACK
+        ("resolved_by", "string"),  # producer | check | operator
+        ("reason", "string"),
+        ("resolved_timestamp", "bigint"),
+    ),
+    # The check and operator journal (broker.models.TransactionEvent).
+    "transaction_events": (
+        ("id", "bigint"),
+        ("transaction_id", "string"),
+        ("kind", "string"),
+        ("timestamp", "bigint"),
+        ("check_times", "int"),
+        ("outcome", "string"),
+        ("actor", "string"),
+        ("detail", "string"),  # JSON object
+    ),
+    # The delivery journal (broker.models.DeliveryEvent): deliveries, acks, dead letters.
+    "delivery_events": (
+        ("id", "bigint"),
+        ("consumer_group", "string"),
+        ("topic", "string"),
+        ("queue_id", "int"),
+        ("queue_offset", "bigint"),
+        ("commit_log_offset", "bigint"),
+        ("msg_id", "string"),
+        ("kind", "string"),
+        ("delivery_attempt", "int"),
+        ("timestamp", "bigint"),
+    ),
+}
+
+# The column each table is segmented by (ms since the epoch).
+TIME_COLUMNS: dict[str, str] = {
+    "commit_log": "store_timestamp",
+    "resolutions": "resolved_timestamp",
+    "transaction_events": "timestamp",
+    "delivery_events": "timestamp",
+}
+
+# Rows of each table are written sorted by these, so a re-exported segment holds the same rows
+# in the same order.
+SORT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "commit_log": ("commit_log_offset",),
+    "resolutions": ("half_queue_id", "half_queue_offset", "transaction_id", "resolved_timestamp"),
+    "transaction_events": ("id",),
+    "delivery_events": ("id",),
+}
+
+PARTITION_COLUMNS = ("date", "hour", "segment")
+TMP_DIR = "_tmp"
+RECONCILIATION_DIR = "reconciliation"
+
+
+def ddl(table: str) -> str:
+    """The table's columns as a Spark DDL string (``"commit_log_offset bigint, ..."``).
+
+    Raises:
+        KeyError: not one of ``ARCHIVE_TABLES``.
+    """
+    return ", ".join(f"{name} {kind}" for name, kind in ARCHIVE_TABLES[table])
+
+
+def archive_root(uri: str) -> str:
+    """``uri`` without a trailing slash; a bare path stays a path (Spark reads it as file:)."""
+    return uri.rstrip("/") or "/"
+
+
+def table_path(uri: str, table: str) -> str:
+    """``{uri}/{table}``: the base path Spark reads a table from (partition discovery)."""
+    return f"{archive_root(uri)}/{table}"
+
+
+def segment_partition(start_ms: int) -> str:
+    """``date=YYYY-MM-DD/hour=HH/segment={start_ms}`` of the segment starting at ``start_ms``
+    (UTC)."""
+    at = datetime.fromtimestamp(start_ms / 1000, tz=UTC)
+    return f"date={at:%Y-%m-%d}/hour={at:%H}/segment={start_ms}"
+
+
+def segment_path(uri: str, table: str, start_ms: int) -> str:
+    """Where the complete segment starting at ``start_ms`` of ``table`` lies."""
+    return f"{table_path(uri, table)}/{segment_partition(start_ms)}"
+
+
+def segment_tmp_path(uri: str, table: str, start_ms: int, token: str) -> str:
+    """Where a segment is written before it is renamed into place (``token``: one attempt's
+    random name, so two attempts never share a directory)."""
+    return f"{archive_root(uri)}/{TMP_DIR}/{table}/segment={start_ms}-{token}"
+
+
+def run_output_path(uri: str, run_id: int | str, part: str) -> str:
+    """``{uri}/reconciliation/run={run_id}/{part}``: a reconciliation run's Parquet output
+    (``part``: facts, anomalies, buckets, analytics)."""
+    return f"{archive_root(uri)}/{RECONCILIATION_DIR}/run={run_id}/{part}"

@@ -1,0 +1,223 @@
+"""The archive export: every closed time segment of the logs, from the archive watermark on,
+written to Parquet under HALFMOON_ARCHIVE_URI (layout: ``broker.pipeline.schema``), then the
+watermark advanced, then the prune (``broker.services.archive.prune``).
+
+Order of one segment ``[s, e)``: each table's rows are read (``rows.segment_tables``) and
+written with ``archive_io.segment_write`` (under ``_tmp``, then renamed into place with its
+``_SUCCESS``, replacing an earlier copy); only when every table is in place does one database
+transaction write the ``ArchiveSegment`` row and move ``ArchiveWatermark("logs")`` to ``e``.
+A crash at any point leaves the watermark at ``s``: the next run cleans ``_tmp`` and writes the
+whole segment again, replacing what the crashed run had renamed into place, so the archive
+ends up the same as after an uninterrupted export (same rows, nothing twice, nothing missing).
+That needs the rows of ``[s, e)`` not to change once the segment is closed: they are written
+with the clock's time, so after ``HALFMOON_ARCHIVE_LAG_MS`` (longer than any write
+transaction) nothing lands there any more, and the prune deletes only below the watermark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Min
+
+from broker.conf import conf
+from broker.models import ArchiveSegment, ArchiveWatermark
+from broker.models import now_ms as clock_ms
+from broker.pipeline import archive_io
+from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, ddl, segment_path
+from broker.pipeline.spark import HadoopFiles, job_group, spark_session
+from broker.services.archive.rows import TIME_MODELS, segment_tables
+from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
+
+logger = logging.getLogger("halfmoon.archive")
+
+WATERMARK = "logs"
+"""The ``ArchiveWatermark`` row of the logs."""
+
+LEASE_NAME = "archive"
+LEASE_TTL_MS = 300_000
+"""The export's ``ScanLease``: renewed every 100 s while it runs; a dead exporter's lease
+expires within 5 minutes, then the next export takes over (and cleans its ``_tmp``)."""
+
+
+@dataclass
+class ArchiveExport:
+    """What one export did: ``segments`` written, ``rows`` written per archive table (summed
+    over those segments), the watermark after it (``archived_until_ms``), the rows the prune
+    deleted per model (``pruned``), and ``skipped`` when another export held the lease."""
+
+    segments: int = 0
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARCHIVE_TABLES, 0))
+    archived_until_ms: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+    skipped: bool = False
+
+
+def segment_start(timestamp_ms: int, segment_ms: int) -> int:
+    """The start of the segment holding ``timestamp_ms``: segments are aligned to the epoch
+    (``HALFMOON_ARCHIVE_SEGMENT_MS`` divides an hour, so they are aligned to hours too)."""
+    return timestamp_ms // segment_ms * segment_ms
+
+
+def closed_until(*, now_ms: int, segment_ms: int, lag_ms: int, until_ms: int | None = None) -> int:
+    """The end of the last closed segment: a segment ``[s, e)`` is closed when
+    ``e + lag_ms <= now_ms``; with ``until_ms`` also ``e <= until_ms``. Every segment ending at
+    or before the returned time (ms) may be archived."""
+    limit = segment_start(now_ms - lag_ms, segment_ms)
+    if until_ms is not None:
+        limit = min(limit, segment_start(until_ms, segment_ms))
+    return limit
+
+
+def first_row_at(from_ms: int) -> int | None:
+    """The earliest time (ms) at or after ``from_ms`` of any row of any archived log, or None:
+    one index read per log (its time column's index), so empty stretches are skipped."""
+    found = []
+    for table, model in TIME_MODELS.items():
+        column = TIME_COLUMNS[table]
+        at = model.objects.filter(**{f"{column}__gte": from_ms}).aggregate(m=Min(column))["m"]
+        if at is not None:
+            found.append(at)
+    return min(found, default=None)
+
+
+def archive_export(
+    *, now_ms: int | None = None, until_ms: int | None = None, prune: bool = True
+) -> ArchiveExport:
+    """Archive every closed segment (see ``closed_until``) from the watermark on, then prune.
+
+    Args:
+        now_ms: the time to judge closed segments and the prune by (default the clock).
+        until_ms: archive no segment ending after this time (ms; default: all closed ones).
+        prune: run ``archive_prune`` after the export (default True).
+
+    Returns:
+        an ``ArchiveExport``; ``skipped`` (nothing done) when another export holds the lease.
+
+    Raises:
+        RuntimeError: Spark did not start (``spark_session``).
+        OSError: the archive's file system refused a rename.
+    """
+    from broker.services.archive.prune import archive_prune
+
+    now = clock_ms() if now_ms is None else now_ms
+    owner = lease_owner()
+    if not lease_acquire(name=LEASE_NAME, owner=owner, ttl_ms=LEASE_TTL_MS):
+        return ArchiveExport(skipped=True)
+    keeper = LeaseKeeper(name=LEASE_NAME, owner=owner, ttl_ms=LEASE_TTL_MS)
+    keeper.start()
+    try:
+        result = _export(now=now, until_ms=until_ms, keeper=keeper)
+        if prune and not keeper.lost:
+            result.pruned = archive_prune(now_ms=now)
+    finally:
+        keeper.stop()
+        lease_release(name=LEASE_NAME, owner=owner)
+    return result
+
+
+def archive_export_due(*, now_ms: int | None = None) -> int:
+    """The beat task's export (``tasks.pipeline.archive_export``): ``archive_export`` of every
+    closed segment, then the prune. Returns the segments written (0 when another export held
+    the lease)."""
+    return archive_export(now_ms=now_ms).segments
+
+
+def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveExport:
+    segment_ms = conf.archive_segment_ms
+    limit = closed_until(
+        now_ms=now, segment_ms=segment_ms, lag_ms=conf.archive_lag_ms, until_ms=until_ms
+    )
+    mark = _watermark()
+    result = ArchiveExport(archived_until_ms=mark)
+    uri = settings.HALFMOON_ARCHIVE_URI
+    spark = None
+    start = mark
+    while not keeper.lost:
+        at = first_row_at(start)
+        if at is None or segment_start(at, segment_ms) + segment_ms > limit:
+            break
+        start = max(start, segment_start(at, segment_ms))
+        if spark is None:  # started only when there is something to write
+            spark = spark_session()
+            archive_io.tmp_clean(spark, uri)
+        began = time.monotonic()
+        rows = _segment_write(spark, uri=uri, start_ms=start, end_ms=start + segment_ms)
+        if keeper.lost:
+            break  # another export may have taken over: leave the watermark to it
+        _segment_commit(
+            uri=uri,
+            start_ms=start,
+            end_ms=start + segment_ms,
+            rows=rows,
+            duration_ms=int((time.monotonic() - began) * 1000),
+        )
+        result.segments += 1
+        for table, n in rows.items():
+            result.rows[table] += n
+        start += segment_ms
+        result.archived_until_ms = start
+    if not keeper.lost and limit > result.archived_until_ms:
+        # Nothing is left below limit but empty segments: pass them (no write can land there).
+        _watermark_advance(limit)
+        result.archived_until_ms = limit
+    return result
+
+
+def _watermark() -> int:
+    """``archived_until_timestamp`` of the logs (the row made at 0 on the first run)."""
+    mark, _ = ArchiveWatermark.objects.get_or_create(name=WATERMARK)
+    return mark.archived_until_timestamp
+
+
+def _segment_write(spark, *, uri: str, start_ms: int, end_ms: int) -> dict[str, int]:
+    """Write every table's rows of ``[start_ms, end_ms)`` as the segment at ``start_ms``;
+    a table with no rows there has no segment directory (one left by an earlier write is
+    deleted). Returns the rows written per table."""
+    rows: dict[str, int] = {}
+    with job_group(spark, f"archive-{start_ms}", f"archive segment {start_ms}-{end_ms}"):
+        for table in ARCHIVE_TABLES:
+            chunks = list(segment_tables(table, start_ms, end_ms))
+            rows[table] = sum(c.num_rows for c in chunks)
+            if not rows[table]:
+                HadoopFiles(spark).delete(segment_path(uri, table, start_ms))
+                continue
+            data = pa.concat_tables(chunks) if len(chunks) > 1 else chunks[0]
+            del chunks
+            frame = spark.createDataFrame(data, schema=ddl(table))
+            del data
+            archive_io.segment_write(spark, frame, uri=uri, table=table, start_ms=start_ms)
+    return rows
+
+
+def _segment_commit(
+    *, uri: str, start_ms: int, end_ms: int, rows: dict[str, int], duration_ms: int
+) -> None:
+    """The segment ``[start_ms, end_ms)`` is in place (``rows`` per table, written in
+    ``duration_ms``): record it and move the watermark to ``end_ms``, in one database
+    transaction."""
+    with transaction.atomic():
+        ArchiveSegment.objects.update_or_create(
+            start_timestamp=start_ms,
+            defaults={
+                "end_timestamp": end_ms,
+                "uri": uri,
+                "rows": rows,
+                "archived_timestamp": clock_ms(),
+                "duration_ms": duration_ms,
+            },
+        )
+        _watermark_advance(end_ms)
+    logger.info("archived segment %d-%d in %d ms: %s", start_ms, end_ms, duration_ms, rows)
+
+
+def _watermark_advance(to_ms: int) -> None:
+    """Move ``archived_until_timestamp`` forward to ``to_ms`` (never back)."""
+    ArchiveWatermark.objects.filter(name=WATERMARK, archived_until_timestamp__lt=to_ms).update(
+        archived_until_timestamp=to_ms, updated_timestamp=clock_ms()
+    )

@@ -1,0 +1,352 @@
+"""Running the reconciliation (``broker.pipeline.reconcile``) over the archive and keeping its
+summary: one ``ReconciliationRun`` per run, with its anomalies (at most
+HALFMOON_RECONCILE_MAX_STORED_ANOMALIES; all of them stay in the run's Parquet output) and
+analytics rows, which the API (``/api/v1/reconciliation/runs/...``), the console and the
+admin read.
+
+The window. A run judges the transactions whose half message was stored in
+``[since, until)`` and reads the logs up to ``as_of``, the archive's watermark
+(``ArchiveWatermark("logs").archived_until_timestamp``: everything stored before it is
+archived). Defaults: ``until`` = ``as_of - settle_ms`` (``broker.rules.anomalies.settle_ms``:
+a transaction born later may still legitimately be PREPARED), ``since`` = the ``until`` of the
+last SUCCEEDED run, or the start of the first archived segment. A given ``until`` past
+``as_of`` is refused (``InvalidInput`` ``until_past_archive``), never clamped: the caller asked
+about transactions the archive does not hold yet, and a silently shorter window would read as
+"no anomaly" for them. A given ``until`` between ``as_of - settle_ms`` and ``as_of`` is run as
+asked: the job's own rules keep transactions still within their checks from being called
+hanging and leave unsettled buckets unflagged.
+
+One run at a time: the run holds the lease ``reconcile`` (``broker.services.leases``, renewed
+by a heartbeat while Spark works); a second caller gets ``Conflict``
+``reconciliation_running``. A run left RUNNING by a process that died is marked FAILED by the
+next run that gets the lease.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+
+from broker.conf import conf
+from broker.errors import Conflict, InvalidInput
+from broker.models import (
+    ArchiveSegment,
+    ArchiveWatermark,
+    ReconciliationAnalytics,
+    ReconciliationAnomaly,
+    ReconciliationRun,
+    now_ms,
+)
+from broker.pipeline.schema import run_output_path
+from broker.rules.anomalies import ReconcileParams, settle_ms
+from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
+
+if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
+    from broker.pipeline.progress import ProgressEvent
+    from broker.pipeline.result import ReconcileResult
+
+logger = logging.getLogger("halfmoon.reconciliation")
+
+RECONCILE_TASK = "tasks.pipeline.reconcile"
+RECONCILE_LEASE = "reconcile"
+LEASE_TTL_MS = 60_000  # renewed every 20 s while the job runs; a dead runner frees it in 60 s
+WATERMARK = "logs"
+STORE_BATCH = 1000  # anomalies or analytics rows per INSERT (~1 MB of evidence at most)
+
+
+def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> ReconcileParams:
+    """The job's parameters for this window, with the broker's settings now
+    (``broker.conf``): check max, check interval, transaction timeout, file reserved time,
+    visibility SLA and scan interval (all ms but the check max)."""
+    return ReconcileParams(
+        since_ms=since_ms,
+        until_ms=until_ms,
+        as_of_ms=as_of_ms,
+        transaction_check_max=conf.transaction_check_max,
+        transaction_check_interval_ms=conf.transaction_check_interval_ms,
+        transaction_timeout_ms=conf.transaction_timeout_ms,
+        file_reserved_ms=conf.file_reserved_ms,
+        visibility_sla_ms=conf.visibility_sla_ms,
+        check_scan_interval_ms=conf.check_scan_interval_ms,
+    )
+
+
+def _archived_until() -> int:
+    """``as_of``: how far the archive reaches (ms). Raises InvalidInput ``archive_empty``."""
+    as_of = (
+        ArchiveWatermark.objects.filter(name=WATERMARK)
+        .values_list("archived_until_timestamp", flat=True)
+        .first()
+    )
+    if not as_of:
+        raise InvalidInput(
+            "Nothing is archived yet: the reconciliation reads the archive, which the archive "
+            "export (beat, or manage.py archive) writes first.",
+            code="archive_empty",
+        )
+    return as_of
+
+
+def _default_since() -> int | None:
+    """The last SUCCEEDED run's ``until``, else the first archived segment's start (ms)."""
+    last = (
+        ReconciliationRun.objects.filter(state=ReconciliationRun.State.SUCCEEDED)
+        .order_by("-id")
+        .values_list("until_timestamp", flat=True)
+        .first()
+    )
+    if last is not None:
+        return last
+    return (
+        ArchiveSegment.objects.order_by("start_timestamp")
+        .values_list("start_timestamp", flat=True)
+        .first()
+    )
+
+
+def reconciliation_window(
+    *, since_ms: int | None = None, until_ms: int | None = None
+) -> ReconcileParams:
+    """The parameters of a run over ``[since_ms, until_ms)`` (defaults and rules in the
+    module's docstring), as of the archive's watermark now.
+
+    Raises:
+        InvalidInput: ``archive_empty`` (nothing archived yet), ``until_past_archive``
+            (``until_ms`` > as_of; ``details``: until, as_of), ``nothing_to_reconcile``
+            (the window is empty: ``since >= until``; ``details``: since, until, as_of).
+    """
+    as_of = _archived_until()
+    params = reconciliation_params(since_ms=0, until_ms=as_of, as_of_ms=as_of)
+    if until_ms is None:
+        until_ms = as_of - settle_ms(params)
+    elif until_ms > as_of:
+        raise InvalidInput(
+            f"until {until_ms} is past what the archive holds ({as_of}): archive first, or ask "
+            "for an earlier until.",
+            code="until_past_archive",
+            details={"until": until_ms, "as_of": as_of},
+        )
+    if since_ms is None:
+        since_ms = _default_since()
+    if since_ms is None or since_ms >= until_ms:
+        raise InvalidInput(
+            "Nothing to reconcile: no transaction can have settled since the last run "
+            "(the window [since, until) is empty).",
+            code="nothing_to_reconcile",
+            details={"since": since_ms, "until": until_ms, "as_of": as_of},
+        )
+    return dataclasses.replace(params, since_ms=since_ms, until_ms=until_ms)
+
+
+def _interrupted_runs_fail() -> int:
+    """Mark FAILED the runs left RUNNING by a process that died (call under the lease: no
+    other run is live). Returns how many."""
+    return ReconciliationRun.objects.filter(state=ReconciliationRun.State.RUNNING).update(
+        state=ReconciliationRun.State.FAILED,
+        finished_timestamp=now_ms(),
+        error="Interrupted: the process running it stopped before it finished.",
+    )
+
+
+def reconciliation_run(
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    trigger: str,
+    progress: Callable[[ProgressEvent], None] | None = None,
+) -> ReconciliationRun:
+    """Run the reconciliation job over ``[since_ms, until_ms)`` (defaults: module docstring)
+    on this process's Spark session (``broker.pipeline.spark.spark_session``, master
+    HALFMOON_SPARK_MASTER) and store its summary.
+
+    Args:
+        since_ms, until_ms: the window of half message store times (ms since the epoch).
+        trigger: who asked, kept on the run: ``command``, ``beat`` or ``console:<username>``.
+        progress: called with a ``broker.pipeline.progress.ProgressEvent`` about every 0.5 s
+            while Spark works (from another thread), and once at the end.
+
+    Returns:
+        the run, SUCCEEDED, with its counts; anomalies and analytics stored
+        (``reconciliation_result_store``). Its Parquet output lies at ``run.output_uri``
+        (``{HALFMOON_ARCHIVE_URI}/reconciliation/run={id}``).
+
+    Raises:
+        InvalidInput: the window (``reconciliation_window``).
+        Conflict: ``reconciliation_running``, another run holds the lease.
+        Exception: whatever the job raised; the run is then FAILED with the error text.
+    """
+    owner = lease_owner()
+    if not lease_acquire(name=RECONCILE_LEASE, owner=owner, ttl_ms=LEASE_TTL_MS):
+        raise Conflict(
+            "A reconciliation is already running; wait for it to finish.",
+            code="reconciliation_running",
+        )
+    keeper = LeaseKeeper(name=RECONCILE_LEASE, owner=owner, ttl_ms=LEASE_TTL_MS)
+    keeper.start()
+    try:
+        _interrupted_runs_fail()
+        params = reconciliation_window(since_ms=since_ms, until_ms=until_ms)
+        run = ReconciliationRun.objects.create(
+            trigger=trigger,
+            since_timestamp=params.since_ms,
+            until_timestamp=params.until_ms,
+            as_of_timestamp=params.as_of_ms,
+            spark_master=settings.HALFMOON_SPARK_MASTER,
+            params=dataclasses.asdict(params),
+        )
+        run.output_uri = run_output_path(settings.HALFMOON_ARCHIVE_URI, run.pk, "").rstrip("/")
+        run.save(update_fields=["output_uri"])
+        try:
+            result = _job_run(run, params, progress)
+            reconciliation_result_store(run, result)
+        except BaseException as exc:
+            _run_fail(run, exc)
+            raise
+    finally:
+        keeper.stop()
+        lease_release(name=RECONCILE_LEASE, owner=owner)
+    logger.info(
+        "reconciliation run %d: %d transactions, anomalies %s",
+        run.pk,
+        run.transactions,
+        run.anomaly_counts,
+    )
+    return run
+
+
+def _job_run(
+    run: ReconciliationRun,
+    params: ReconcileParams,
+    progress: Callable[[ProgressEvent], None] | None,
+) -> ReconcileResult:
+    """The Spark job of ``run``, under the job group ``halfmoon-reconcile-<id>`` that
+    ``progress`` (if any) follows."""
+    from broker.pipeline.progress import SparkProgress
+    from broker.pipeline.reconcile import reconcile
+    from broker.pipeline.spark import spark_session
+
+    spark = spark_session()
+    group = f"halfmoon-reconcile-{run.pk}"
+
+    def job() -> ReconcileResult:
+        return reconcile(
+            spark,
+            archive_uri=settings.HALFMOON_ARCHIVE_URI,
+            output_uri=run.output_uri,
+            params=params,
+            max_anomalies=conf.reconcile_max_stored_anomalies,
+            job_group=group,
+        )
+
+    if progress is None:
+        return job()
+    with SparkProgress(spark.sparkContext, group, progress):
+        return job()
+
+
+def _run_fail(run: ReconciliationRun, exc: BaseException) -> None:
+    """Record ``exc`` on ``run`` as FAILED (its last lines of traceback, then the error)."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    trail = "".join(traceback.format_tb(exc.__traceback__, limit=-3))
+    ReconciliationRun.objects.filter(pk=run.pk).update(
+        state=ReconciliationRun.State.FAILED,
+        finished_timestamp=now_ms(),
+        error=f"{text}\n\n{trail}".strip(),
+    )
+    run.refresh_from_db()
+    exc.add_note(f"Reconciliation run {run.pk} is FAILED (its error is stored with it).")
+    logger.error("reconciliation run %d failed: %s", run.pk, text)
+
+
+def reconciliation_result_store(run: ReconciliationRun, result: ReconcileResult) -> None:
+    """Store ``result`` on ``run`` in one database transaction and mark it SUCCEEDED: the
+    counts (``transactions``, ``states``, ``anomaly_counts``: every anomaly), the first
+    ``conf.reconcile_max_stored_anomalies`` anomalies in the job's order (kind, then
+    transaction id), every analytics row, and the output URI the job wrote to. Storing the
+    same run again replaces what was stored (``run`` is updated in place)."""
+    anomalies = result.anomalies[: conf.reconcile_max_stored_anomalies]
+    with transaction.atomic():
+        ReconciliationAnomaly.objects.filter(run=run).delete()
+        ReconciliationAnalytics.objects.filter(run=run).delete()
+        ReconciliationAnomaly.objects.bulk_create(
+            (
+                ReconciliationAnomaly(
+                    run=run,
+                    kind=a.kind,
+                    transaction_id=a.transaction_id or "",
+                    msg_id=a.msg_id or "",
+                    producer_group=a.producer_group or "",
+                    topic=a.topic or "",
+                    evidence=a.evidence,
+                )
+                for a in anomalies
+            ),
+            batch_size=STORE_BATCH,
+        )
+        ReconciliationAnalytics.objects.bulk_create(
+            (
+                ReconciliationAnalytics(
+                    run=run,
+                    producer_group=row.producer_group,
+                    topic=row.topic,
+                    hour_timestamp=row.hour_ms,
+                    transactions=row.transactions,
+                    committed=row.committed,
+                    rolled_back=row.rolled_back,
+                    discarded=row.discarded,
+                    pending=row.pending,
+                    resolution_p50_ms=row.resolution_p50_ms,
+                    resolution_p95_ms=row.resolution_p95_ms,
+                    resolution_p99_ms=row.resolution_p99_ms,
+                    check_histogram=row.check_histogram,
+                    discard_rate=row.discard_rate,
+                    unreachable_ms=row.unreachable_ms,
+                )
+                for row in result.analytics
+            ),
+            batch_size=STORE_BATCH,
+        )
+        run.transactions = result.transactions
+        run.states = dict(result.states)
+        run.anomaly_counts = {k: v for k, v in result.anomaly_counts.items() if v}
+        run.anomalies_stored = len(anomalies)
+        run.output_uri = result.output_uri or run.output_uri
+        run.state = ReconciliationRun.State.SUCCEEDED
+        run.finished_timestamp = now_ms()
+        run.error = ""
+        run.save()
+
+
+def reconciliation_run_scheduled(*, trigger: str = "beat") -> int | None:
+    """The beat task's run (``tasks.pipeline.reconcile``, daily by default): a run over what
+    has settled since the last SUCCEEDED run, when there is anything.
+
+    Returns:
+        the run's id, or None when there is nothing to judge (nothing archived yet, or no
+        transaction has settled since the last run) or another run is going on. A failing
+        job raises (the run is FAILED; the next tick tries the same window again).
+    """
+    try:
+        return reconciliation_run(trigger=trigger).pk
+    except InvalidInput as exc:
+        logger.info("reconciliation not run: %s", exc.message)
+    except Conflict as exc:
+        logger.info("reconciliation not run: %s", exc.message)
+    return None
+
+
+def reconciliation_run_queue(*, trigger: str) -> None:
+    """Queue a run on the pipeline worker (``tasks.pipeline.reconcile`` with ``trigger``, e.g.
+    ``console:<username>``), once the caller's database transaction commits. The worker runs
+    it as ``reconciliation_run_scheduled`` does: over what has settled since the last run, if
+    anything has."""
+    transaction.on_commit(
+        lambda: current_app.send_task(RECONCILE_TASK, kwargs={"trigger": trigger})
+    )

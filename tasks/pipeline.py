@@ -1,0 +1,23 @@
+"""The data pipeline's tasks, on the ``pipeline`` queue (one worker process keeps the Spark
+session: ``Procfile`` ``pipeline``): the archive export and the reconciliation."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="tasks.pipeline.archive_export", ignore_result=True)
+def archive_export() -> int:
+    """Archive every closed segment of the logs, then prune (``broker.services.archive``)."""
+    from broker.services.archive import archive_export_due
+
+    return archive_export_due()
+
+
+@shared_task(name="tasks.pipeline.reconcile", ignore_result=True)
+def reconcile(trigger: str = "beat") -> int | None:
+    """Run the reconciliation over what the archive holds since the last run (``trigger``:
+    ``beat``, or ``console:<username>`` for the console's "Run now")."""
+    from broker.services.reconciliation import reconciliation_run_scheduled
+
+    return reconciliation_run_scheduled(trigger=trigger)

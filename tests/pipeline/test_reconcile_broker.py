@@ -1,0 +1,270 @@
+"""The reconciliation over archives the broker itself wrote: transactions of every kind sent,
+ended, back-checked, discarded, resumed and consumed through the API, the scans, Op flushes and
+archive exports run as beat runs them (``tasks.*``), then the real job on ``local[2]``.
+
+Over the clean archive it finds nothing. Then every anomaly kind is planted by altering rows
+after the fact, the logs are archived again, and ``manage.py reconcile`` finds each kind
+exactly once, on the transaction it was planted on, and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+
+from broker.constants import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from broker.models import (
+    ArchiveSegment,
+    ArchiveWatermark,
+    DeliveryEvent,
+    Message,
+    ReconciliationRun,
+    Resolution,
+    Transaction,
+    TransactionEvent,
+)
+from broker.rules.anomalies import BUCKET_MS, AnomalyKind
+from broker.rules.op_body import op_body_format, op_body_parse
+from broker.services.admin import consumer_group_create, producer_group_create, topic_create
+from broker.services.storage import message_copy, message_put
+from tasks.checks import check_half_queue
+from tasks.ops import op_flush_all_task
+from tasks.pipeline import archive_export, reconcile
+from tests.api_helpers import ack, end, key_client, post, receive, send_half
+
+TOPIC = "Orders"
+SETTLE_WAIT_S = 2.6  # settle_ms of the settings below (2,300 ms), plus a segment closing
+
+
+@pytest.fixture
+def broker(transactional_db, broker_settings, settings, tmp_path):
+    """Short check settings (timeout 0, 100 ms interval, 2 checks), one-second archive
+    segments closed at once, and a topic, a polling producer group G and consumer groups
+    C1 and C2. Committed rows (transactional_db), as in production: the export's and the
+    reconciliation's lease keepers renew their leases from another connection."""
+    broker_settings.update(
+        {
+            "HALFMOON_TRANSACTION_TIMEOUT_MS": 0,
+            "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": 100,
+            "HALFMOON_TRANSACTION_CHECK_MAX": 2,
+            "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS": 100,
+            "HALFMOON_OP_BATCH_INTERVAL_MS": 10,
+            "HALFMOON_ARCHIVE_SEGMENT_MS": 1000,
+            "HALFMOON_ARCHIVE_LAG_MS": 0,
+        }
+    )
+    settings.HALFMOON_ARCHIVE_URI = str(tmp_path / "clean")
+    topic_create(name=TOPIC, queue_nums=2)
+    producer_group_create(name="G", check_url=None)
+    for group in ("C1", "C2"):
+        consumer_group_create(name=group, max_delivery_attempts=3)
+    return settings
+
+
+def _scan_until_settled(producer, answers: dict[str, str]) -> None:
+    """Run the back-check scans and Op flushes as beat does until no transaction is PREPARED;
+    the producer polls its check requests and answers those in ``answers`` (transaction id ->
+    commit | rollback) through ``end``, the others not at all (UNKNOW)."""
+    for _ in range(100):
+        for queue_id in range(4):
+            check_half_queue(queue_id)
+        for request in producer.get("/api/v1/producer-groups/G/check-requests").json()[
+            "check_requests"
+        ]:
+            action = answers.get(request["transaction_id"])
+            if action:
+                response = end(
+                    producer, request["transaction_id"], action, from_transaction_check=True
+                )
+                assert response.status_code == 200, response.content
+        op_flush_all_task()
+        if not Transaction.objects.filter(state="PREPARED").exists():
+            return
+        time.sleep(0.12)
+    raise AssertionError("transactions still PREPARED after 100 scans")
+
+
+def _consume_all(consumer) -> None:
+    for group in ("C1", "C2"):
+        while True:
+            messages = receive(consumer, group, TOPIC, max_messages=32).json()["messages"]
+            if not messages:
+                break
+            assert ack(consumer, [m["receipt_handle"] for m in messages], group).status_code == 200
+
+
+@pytest.fixture
+def traffic(broker):
+    """Transactions of every kind through the API: committed and rolled back by the producer,
+    by a check answer, discarded after the check max, and one discarded, resumed and committed
+    by an operator; everything delivered is received and acked by C1 and C2."""
+    producer = key_client("producer", producer_groups=["G"])
+    consumer = key_client("consumer", consumer_groups=["C1", "C2"])
+    owner = key_client("owner", is_admin=True)
+    kinds: dict[str, list[str]] = {
+        k: [] for k in ("commit", "rollback", "check_commit", "check_rollback", "discard")
+    }
+    plan = [("commit", 9), ("rollback", 3), ("check_commit", 2), ("check_rollback", 2)]
+    plan.append(("discard", 4))
+    for kind, count in plan:
+        for _ in range(count):
+            response = send_half(producer, "G", TOPIC)
+            assert response.status_code == 201, response.content
+            tx_id = response.json()["transaction_id"]
+            kinds[kind].append(tx_id)
+            if kind in ("commit", "rollback"):
+                assert end(producer, tx_id, kind).status_code == 200
+    answers = {t: "commit" for t in kinds["check_commit"]}
+    answers |= {t: "rollback" for t in kinds["check_rollback"]}
+    _scan_until_settled(producer, answers)
+    assert Transaction.objects.filter(state="DISCARDED").count() == 4
+
+    resumed = kinds["discard"].pop()
+    url = f"/api/v1/transactions/{resumed}"
+    assert post(owner, f"{url}/resume-check", {"reason": "producer fixed"}).status_code == 200
+    response = post(owner, f"{url}/resolve", {"action": "commit", "reason": "paid"})
+    assert response.status_code == 200, response.content
+    op_flush_all_task()
+    _consume_all(consumer)
+    return {"producer": producer, "kinds": kinds, "resumed": resumed}
+
+
+def _archive_all() -> None:
+    """Wait until every row is in a closed segment and past the settle time, then run the
+    beat's archive export."""
+    time.sleep(SETTLE_WAIT_S)
+    assert archive_export() >= 1
+    assert not ArchiveSegment.objects.filter(end_timestamp__gt=time.time() * 1000).exists()
+
+
+def _delivered(tx_id: str) -> Message:
+    return Message.objects.get(msg_id=tx_id, topic=TOPIC)
+
+
+def _plant(traffic) -> dict[str, str]:
+    """Alter rows so that each anomaly kind holds for one transaction (or msg id); return kind
+    -> the transaction id (or msg id) it was planted on."""
+    committed = traffic["kinds"]["commit"]
+    discarded = traffic["kinds"]["discard"]
+    planted: dict[str, str] = {}
+
+    # hanging: a discard that never happened (2 checks sent, no discard, no copy).
+    tx_id = discarded[0]
+    TransactionEvent.objects.filter(transaction_id=tx_id, kind="discarded").delete()
+    Message.objects.filter(topic=CHECK_MAX_TIME_TOPIC, msg_id=tx_id).delete()
+    planted[AnomalyKind.HANGING] = tx_id
+
+    # late_end: the producer commits after the discard (a real 409, journalled).
+    tx_id = discarded[1]
+    assert end(traffic["producer"], tx_id, "commit").status_code == 409
+    planted[AnomalyKind.LATE_END] = tx_id
+
+    # lost_commit: the delivered message is gone.
+    tx_id = committed[0]
+    _delivered(tx_id).delete()
+    planted[AnomalyKind.LOST_COMMIT] = tx_id
+
+    # rolled_back_but_delivered: the journal says rollback, the topic has the message.
+    tx_id = committed[1]
+    Resolution.objects.filter(transaction_id=tx_id).update(action="ROLLBACK")
+    planted[AnomalyKind.ROLLED_BACK_BUT_DELIVERED] = tx_id
+
+    # slow_visibility: the end was recorded 5 s before the message became visible.
+    tx_id = committed[2]
+    Resolution.objects.filter(transaction_id=tx_id).update(
+        resolved_timestamp=_delivered(tx_id).store_timestamp - 5_000
+    )
+    planted[AnomalyKind.SLOW_VISIBILITY] = tx_id
+
+    with transaction.atomic():
+        # double_resolution: a second Op message names the same half offset.
+        tx = Transaction.objects.get(pk=committed[3])
+        message_put(
+            topic=OP_HALF_TOPIC,
+            queue_id=tx.half_queue_id,
+            msg_id="op-again",
+            body=op_body_format([tx.half_queue_offset]),
+            tags="d",
+            system_queue_nums=4,
+        )
+        planted[AnomalyKind.DOUBLE_RESOLUTION] = tx.pk
+
+        # duplicate_delivery: the commit is delivered a second time on its topic.
+        delivered = _delivered(committed[4])
+        message_copy(delivered, topic=TOPIC, queue_id=delivered.queue_id, sys_flag=8)
+        planted[AnomalyKind.DUPLICATE_DELIVERY] = committed[4]
+
+        # orphan_delivery: a transactional message on the topic that no half message explains.
+        orphan = message_put(topic=TOPIC, queue_id=0, msg_id="orphan-1", body=b"?", sys_flag=8)
+        # Stored at the time of the traffic, inside the judged window (until = as_of - settle).
+        Message.objects.filter(pk=orphan.pk).update(store_timestamp=delivered.store_timestamp)
+        planted[AnomalyKind.ORPHAN_DELIVERY] = "orphan-1"
+
+    # undelivered_to_group: C2 consumed past this message but its deliveries are gone.
+    candidates = [_delivered(t) for t in committed[5:]]
+    last = {q: max(m.queue_offset for m in candidates if m.queue_id == q) for q in (0, 1)}
+    victim = next(m for m in candidates if m.queue_offset < last[m.queue_id])
+    DeliveryEvent.objects.filter(
+        consumer_group="C2", commit_log_offset=victim.commit_log_offset
+    ).delete()
+    planted[AnomalyKind.UNDELIVERED_TO_GROUP] = victim.msg_id
+
+    # bucket_mismatch: a rollback whose resolution and Op entry are gone, 30 minutes back (a
+    # settled bucket), with no check: no other anomaly names it.
+    tx = Transaction.objects.get(pk=traffic["kinds"]["rollback"][0])
+    Resolution.objects.filter(transaction=tx).delete()
+    for op in Message.objects.filter(topic=OP_HALF_TOPIC, queue_id=tx.half_queue_id):
+        offsets = op_body_parse(op.body).offsets
+        if tx.half_queue_offset in offsets:
+            rest = [o for o in offsets if o != tx.half_queue_offset]
+            if rest:
+                op.body = op_body_format(rest)
+                op.save(update_fields=["body"])
+            else:
+                op.delete()
+    Message.objects.filter(topic=HALF_TOPIC, msg_id=tx.pk).update(
+        store_timestamp=tx.born_timestamp - 30 * 60_000,
+        born_timestamp=tx.born_timestamp - 30 * 60_000,
+    )
+    planted[AnomalyKind.BUCKET_MISMATCH] = tx.pk
+    return planted
+
+
+def test_a_clean_archive_finds_nothing_and_each_planted_anomaly_is_found_once(
+    traffic, broker, spark, tmp_path
+):
+    _archive_all()
+    run = ReconciliationRun.objects.get(pk=reconcile())
+    assert run.state == "succeeded", run.error
+    assert run.anomaly_counts == {} and run.anomalies.count() == 0
+    assert run.transactions == 20
+    assert run.states == {"PREPARED": 0, "COMMITTED": 12, "ROLLED_BACK": 5, "DISCARDED": 3}
+
+    planted = _plant(traffic)
+    assert set(planted) == set(AnomalyKind.values)
+    ArchiveWatermark.objects.all().delete()
+    ArchiveSegment.objects.all().delete()
+    broker.HALFMOON_ARCHIVE_URI = str(tmp_path / "planted")
+    _archive_all()
+    half = Message.objects.filter(topic=HALF_TOPIC).order_by("store_timestamp").first()
+    since = half.store_timestamp - half.store_timestamp % BUCKET_MS
+    out = StringIO()
+    call_command("reconcile", "--since", str(since), "--no-progress", stdout=out)
+
+    run = ReconciliationRun.objects.order_by("-id").first()
+    assert run.state == "succeeded", run.error
+    assert run.anomaly_counts == {kind: 1 for kind in AnomalyKind.values}, out.getvalue()
+    found = {a.kind: a for a in run.anomalies.all()}
+    for kind, name in planted.items():
+        anomaly = found[kind]
+        if kind == AnomalyKind.BUCKET_MISMATCH:
+            assert anomaly.evidence["unexplained_transaction_ids"] == [name]
+            assert anomaly.producer_group == "G"
+        elif kind == AnomalyKind.ORPHAN_DELIVERY:
+            assert (anomaly.msg_id, anomaly.transaction_id) == (name, "")
+        else:
+            assert anomaly.transaction_id == name, (kind, anomaly)
