@@ -18,9 +18,13 @@ from broker.constants import (
     RETRY_GROUP_TOPIC_PREFIX,
     SYSTEM_TOPIC_PREFIX,
 )
-from broker.pipeline.reconcile import EVENT_KINDS, LATE_END_ACTORS
 from broker.pipeline.schema import TIME_COLUMNS, table_path
 from broker.rules.anomalies import BUCKET_MS, AnomalyKind, ReconcileParams, settle_ms
+
+# Written out here, not imported from the job, so a wrong constant there shows as a
+# disagreement: the journal kinds read, and who sends an end that can arrive late.
+EVENT_KINDS = ("check_sent", "check_undelivered", "discarded", "resumed", "end_refused")
+LATE_END_ACTORS = ("producer", "check")
 
 
 def _sql_list(values: tuple[str, ...]) -> str:
@@ -115,14 +119,15 @@ def baseline(
                   ON o.queue_id = h.queue_id AND o.half_offset = h.queue_offset)),
     duplicate_delivery AS (SELECT f.tid, d.topic FROM facts f JOIN delivered d ON d.msg_id = f.tid
                            GROUP BY ALL HAVING count(*) >= 2),
-    ends AS (SELECT transaction_id AS tid, timestamp AS ts FROM ev
+    ends AS (SELECT transaction_id AS tid, timestamp AS ts, true AS refused FROM ev
              WHERE kind = 'end_refused' AND actor IN ({_sql_list(LATE_END_ACTORS)})
              UNION ALL
-             SELECT transaction_id, resolved_timestamp FROM res
+             SELECT transaction_id, resolved_timestamp, false FROM res
              WHERE resolved_by IN ({_sql_list(LATE_END_ACTORS)})),
     end_marks AS (SELECT n.tid, n.ts, arg_max(m.what, (m.ts, m.id)) AS what
-                  FROM ends n JOIN marks m ON m.tid = n.tid AND m.rank < 2 AND m.ts < n.ts
-                  GROUP BY n.tid, n.ts),
+                  FROM ends n JOIN marks m ON m.tid = n.tid AND m.rank < 2
+                       AND (m.ts < n.ts OR (n.refused AND m.ts = n.ts))
+                  GROUP BY n.tid, n.ts, n.refused),
     late_end AS (SELECT DISTINCT tid FROM end_marks WHERE what = 'discarded'
                  AND tid IN (SELECT tid FROM facts)),
     reach AS (SELECT consumer_group, topic, queue_id, max(queue_offset) AS max_offset FROM dev
@@ -145,7 +150,8 @@ def baseline(
     bucket_mismatch AS (
         SELECT coalesce(pg, '') AS pg, half_ts - half_ts % {BUCKET_MS} AS bucket FROM facts
         WHERE state = 'PREPARED' AND tid NOT IN (SELECT tid FROM named)
-          AND half_ts - half_ts % {BUCKET_MS} + {BUCKET_MS + settle_ms(p)} <= {p.as_of_ms}
+          AND least(half_ts - half_ts % {BUCKET_MS} + {BUCKET_MS}, {p.until_ms})
+              + {settle_ms(p)} <= {p.as_of_ms}
         GROUP BY ALL)
     SELECT 'hanging', count(*) FROM hanging
     UNION ALL SELECT 'lost_commit', count(*) FROM lost_commit

@@ -423,11 +423,15 @@ class DeliveryEventAdmin(ReadOnlyAdmin):
 
 @admin.register(models.ArchiveWatermark)
 class ArchiveWatermarkAdmin(ReadOnlyAdmin):
+    """How far the archive export (and the prune) have reached; view-only."""
+
     list_display = ["name", "archived_until_timestamp", "pruned_until_timestamp"]
 
 
 @admin.register(models.ArchiveSegment)
 class ArchiveSegmentAdmin(ReadOnlyAdmin):
+    """The archived segments, with rows per table and export time; view-only."""
+
     list_display = ["start_timestamp", "end_timestamp", "uri", "duration_ms", "rows"]
 
 
@@ -452,12 +456,16 @@ class _ReadOnlyInline(ViewOnly, admin.TabularInline):
 
 
 class ReconciliationAnomalyInline(_ReadOnlyInline):
+    """A run's stored anomalies, on its page."""
+
     model = models.ReconciliationAnomaly
     fields = ["kind", "transaction_id", "msg_id", "producer_group", "topic", "evidence"]
     verbose_name_plural = f"anomalies (the first {INLINE_ROWS})"
 
 
 class ReconciliationAnalyticsInline(_ReadOnlyInline):
+    """A run's analytics rows, on its page."""
+
     model = models.ReconciliationAnalytics
     fields = [
         f.name
@@ -489,6 +497,8 @@ class ReconciliationRunAdmin(ReadOnlyAdmin):
 
 @admin.register(models.ReconciliationAnomaly)
 class ReconciliationAnomalyAdmin(ReadOnlyAdmin):
+    """Every stored anomaly of every run, filtered by kind; view-only."""
+
     list_display = ["run", "kind", "transaction_id", "msg_id", "producer_group", "topic"]
     list_filter = ["kind"]
     search_fields = ["transaction_id", "msg_id"]
@@ -497,5 +507,7 @@ class ReconciliationAnomalyAdmin(ReadOnlyAdmin):
 
 @admin.register(models.ReconciliationAnalytics)
 class ReconciliationAnalyticsAdmin(ReadOnlyAdmin):
+    """Every run's analytics per producer group, topic and hour; view-only."""
+
     list_display = ["run", "hour_timestamp", "producer_group", "topic", "transactions"]
     list_filter = ["producer_group"]

@@ -658,7 +658,7 @@ class ReconciliationRun(models.Model):
         FAILED = "failed"
 
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
-    trigger = models.CharField(max_length=32, help_text="command, beat, or console:<username>")
+    trigger = models.CharField(max_length=160, help_text="command, beat, or console:<username>")
     since_timestamp = models.BigIntegerField()
     until_timestamp = models.BigIntegerField()
     as_of_timestamp = models.BigIntegerField()

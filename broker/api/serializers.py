@@ -421,6 +421,8 @@ class TransactionTimelineOutSerializer(serializers.Serializer):
 
 ANOMALY_PAGE_DEFAULT = 1000
 ANOMALY_PAGE_MAX = 10000
+# A larger OFFSET overflows the database's bigint; no run stores anywhere near this many.
+ANOMALY_OFFSET_MAX = 2**31 - 1
 
 
 class ReconciliationRunQuerySerializer(serializers.Serializer):
@@ -431,7 +433,7 @@ class ReconciliationRunQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(
         min_value=1, max_value=ANOMALY_PAGE_MAX, default=ANOMALY_PAGE_DEFAULT
     )
-    offset = serializers.IntegerField(min_value=0, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=ANOMALY_OFFSET_MAX, default=0)
 
 
 class ReconciliationAnomalyOutSerializer(serializers.Serializer):

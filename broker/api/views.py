@@ -437,8 +437,11 @@ class _ReconciliationRunView(APIView):
     permission_classes = [IsAdminKey]
 
     @staticmethod
-    def answer(request: Request, run: Any) -> Response:
+    def answer(request: Request, run_fetch: Callable[[], Any]) -> Response:
+        """Validate the query (400 ``invalid_input``), then fetch the run with ``run_fetch``
+        (which raises the 404) and answer it with the page of anomalies asked for."""
         query = _valid(s.ReconciliationRunQuerySerializer, request.query_params)
+        run = run_fetch()
         anomalies = selectors_reconciliation.reconciliation_anomalies(run, kind=query.get("kind"))
         run.anomalies_matching = anomalies.count()
         run.anomalies_page = list(anomalies[query["offset"] : query["offset"] + query["limit"]])
@@ -467,20 +470,24 @@ def _run_schema(summary: str, note: str) -> Callable[[Any], Any]:
 
 
 class ReconciliationRunLatestView(_ReconciliationRunView):
+    """``GET /api/v1/reconciliation/runs/latest``: the latest SUCCEEDED run."""
+
     @_run_schema(
         "The latest successful reconciliation run (admin key)",
         "The latest run that SUCCEEDED (a running or failed run has no report); 404 "
         "`reconciliation_run_not_found` before the first.",
     )
     def get(self, request: Request) -> Response:
-        return self.answer(request, selectors_reconciliation.reconciliation_run_latest())
+        return self.answer(request, selectors_reconciliation.reconciliation_run_latest)
 
 
 class ReconciliationRunDetailView(_ReconciliationRunView):
+    """``GET /api/v1/reconciliation/runs/{id}``: one run, whatever its state."""
+
     @_run_schema(
         "One reconciliation run, whatever its state (admin key)",
         "A `running` run has no counts yet, a `failed` one says why in `error`; 404 "
         "`reconciliation_run_not_found` for an unknown id.",
     )
     def get(self, request: Request, run_id: int) -> Response:
-        return self.answer(request, selectors_reconciliation.reconciliation_run_get(run_id))
+        return self.answer(request, lambda: selectors_reconciliation.reconciliation_run_get(run_id))

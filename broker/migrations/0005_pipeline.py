@@ -93,7 +93,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('state', models.CharField(choices=[('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='running', max_length=16)),
-                ('trigger', models.CharField(help_text='command, beat, or console:<username>', max_length=32)),
+                ('trigger', models.CharField(help_text='command, beat, or console:<username>', max_length=160)),
                 ('since_timestamp', models.BigIntegerField()),
                 ('until_timestamp', models.BigIntegerField()),
                 ('as_of_timestamp', models.BigIntegerField()),

@@ -680,17 +680,20 @@ def _anomaly(
 
 def _late_end() -> Column:
     """The first end by a producer or a check (a refused end journalled, or a resolution) whose
-    latest discard/resume event before it is a discard; null when none. Only evaluated for
-    transactions with a discard."""
+    latest discard/resume event before it (for a refused end: at or before it) is a discard;
+    null when none. Only evaluated for transactions with a discard."""
     actors = ", ".join(f"'{a}'" for a in LATE_END_ACTORS)
     ends = (
         "concat(refused_ends, transform(filter(resolutions, r -> r.resolved_by IN "
         f"({actors})), r -> named_struct('timestamp', r.resolved_timestamp, "
         "'action', r.action, 'actor', r.resolved_by, 'accepted', true)))"
     )
+    # A refused end on the discard's own millisecond came after it (the discard is what
+    # refused it); an accepted one on that millisecond won over the discard.
     judged = (
         f"transform({ends}, n -> named_struct('end', n, 'mark', "
-        "array_max(filter(discard_resume_events, m -> m.timestamp < n.timestamp))))"
+        "array_max(filter(discard_resume_events, m -> m.timestamp < n.timestamp OR "
+        "(NOT n.accepted AND m.timestamp = n.timestamp)))))"
     )
     late = F.expr(f"array_min(filter({judged}, x -> x.mark.kind = 'discarded'))")
     return F.when(F.col("discards") > 0, late)
@@ -939,8 +942,8 @@ def _buckets(facts: DataFrame, found: DataFrame, params: ReconcileParams) -> Dat
     ``half_count``, ``final_count``, the halves with no final state (a left_anti join of the
     halves against the finals, seed 002's set difference), ``unexplained_count`` (those no
     other anomaly names: a second left_anti join) with the first ``BUCKET_IDS_LISTED`` of them,
-    ``settled`` (bucket end + settle_ms <= as_of) and ``flagged`` (settled and something
-    unexplained)."""
+    ``settled`` (min(bucket end, until) + settle_ms <= as_of: the judged part of a bucket the
+    window cuts ends at until) and ``flagged`` (settled and something unexplained)."""
     keys = ["producer_group", "bucket_start_ms"]
     halves = facts.select(
         "transaction_id",
@@ -978,7 +981,11 @@ def _buckets(facts: DataFrame, found: DataFrame, params: ReconcileParams) -> Dat
             F.coalesce("unexplained_transaction_ids", F.array().cast("array<string>")).alias(
                 "unexplained_transaction_ids"
             ),
-            (end + settle_ms(params) <= params.as_of_ms).alias("settled"),
+            # The judged part of a bucket ends at the window's end when that cuts it: its
+            # halves are all born before until (the next run balances the rest).
+            (F.least(end, F.lit(params.until_ms)) + settle_ms(params) <= params.as_of_ms).alias(
+                "settled"
+            ),
         )
         .withColumn("flagged", F.col("settled") & (F.col("unexplained_count") > 0))
     )

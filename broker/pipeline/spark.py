@@ -100,8 +100,8 @@ def spark_stop() -> None:
 
 class HadoopFiles:
     """Hadoop FileSystem calls on paths of any scheme Spark can reach, through the session's
-    JVM: ``exists``, ``delete`` (recursive), ``rename`` (atomic on HDFS and local files; a copy
-    on S3, where ``_SUCCESS`` is written last so a reader sees a whole segment or none),
+    JVM: ``exists``, ``delete`` (recursive), ``rename`` (atomic on HDFS and local files; on S3
+    a copy of each file, in no set order: readers read only below the archive's watermark),
     ``mkdirs``, ``touch`` and ``list_dirs``."""
 
     def __init__(self, spark: SparkSession) -> None:

@@ -33,7 +33,7 @@ class AnomalyKind(models.TextChoices):
     )
     DOUBLE_RESOLUTION = "double_resolution", "a half message resolved more than once"
     DUPLICATE_DELIVERY = "duplicate_delivery", "one commit delivered twice on its topic"
-    LATE_END = "late_end", "an end from the producer that arrived after the discard"
+    LATE_END = "late_end", "an end from the producer or a check that arrived after the discard"
     UNDELIVERED_TO_GROUP = (
         "undelivered_to_group",
         "committed, but never delivered to a consumer group that consumed past it",
@@ -68,14 +68,14 @@ class ReconcileParams:
 
     @property
     def settle_ms(self) -> int:
-        """``settle_ms(self)``."""
+        """How long after its half message a transaction must be final (ms): ``settle_ms``."""
         return settle_ms(self)
 
 
 def settle_ms(params: ReconcileParams) -> int:
     """How long after its half message a transaction of a reachable producer group must be
     final (ms): its check immunity (transactionTimeOut), ``check max + 1`` check intervals (the
-    last check, then the scan that discards it), and one scan interval of slack. A transaction
+    last check, then the scan that discards it), and two scan intervals of slack. A transaction
     born later than ``as_of_ms - settle_ms`` may legitimately still be PREPARED."""
     return (
         params.transaction_timeout_ms

@@ -4,15 +4,19 @@ thread (``LeaseKeeper``) while the work runs, and expiring when its holder dies.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
 import threading
+import time
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 
 from broker.models import ScanLease, now_ms
+
+logger = logging.getLogger(__name__)
 
 
 def lease_acquire(*, name: str, owner: str, ttl_ms: int) -> bool:
@@ -54,7 +58,11 @@ class LeaseKeeper(threading.Thread):
     """Renews a lease every third of its TTL while the work runs, so the lease never expires
     under live work however long its steps take. If the process dies, renewals stop and the
     lease expires within its TTL. ``lost`` turns True if a renewal finds the lease taken (it
-    had expired before a renewal came); the keeper then stops renewing.
+    had expired before a renewal came), or if renewals failed with a database error (a
+    failover, a dropped connection; each is retried on a new connection at the next tick)
+    until a whole TTL passed since the last one that succeeded: another worker may hold the
+    lease by then. The keeper then stops renewing, and the work must stop without writing
+    its result.
 
     Use ``start()`` after ``lease_acquire`` and ``stop()`` before ``lease_release``. The thread
     has its own database connection, closed when it ends.
@@ -67,11 +75,22 @@ class LeaseKeeper(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        renewed = time.monotonic()
         try:
             while not self._stop_event.wait(self.ttl_ms / 3000):
-                if not lease_acquire(name=self.lease, owner=self.owner, ttl_ms=self.ttl_ms):
+                try:
+                    held = lease_acquire(name=self.lease, owner=self.owner, ttl_ms=self.ttl_ms)
+                except DatabaseError as exc:
+                    logger.warning("lease %s: renewal failed (%s); retrying", self.lease, exc)
+                    connection.close()  # the next tick opens a new one
+                    if (time.monotonic() - renewed) * 1000 >= self.ttl_ms:
+                        self.lost = True
+                        return
+                    continue
+                if not held:
                     self.lost = True
                     return
+                renewed = time.monotonic()
         finally:
             connection.close()  # this thread's own database connection
 

@@ -8,8 +8,10 @@ The window. A run judges the transactions whose half message was stored in
 ``[since, until)`` and reads the logs up to ``as_of``, the archive's watermark
 (``ArchiveWatermark("logs").archived_until_timestamp``: everything stored before it is
 archived). Defaults: ``until`` = ``as_of - settle_ms`` (``broker.rules.anomalies.settle_ms``:
-a transaction born later may still legitimately be PREPARED), ``since`` = the ``until`` of the
-last SUCCEEDED run, or the start of the first archived segment. A given ``until`` past
+a transaction born later may still legitimately be PREPARED), ``since`` = the latest
+``until`` of the SUCCEEDED runs, or the start of the first archived segment. A bucket the
+window's end cuts is balanced on its part inside the window (``broker.pipeline.reconcile``),
+and the next run balances the rest. A given ``until`` past
 ``as_of`` is refused (``InvalidInput`` ``until_past_archive``), never clamped: the caller asked
 about transactions the archive does not hold yet, and a silently shorter window would read as
 "no anomaly" for them. A given ``until`` between ``as_of - settle_ms`` and ``as_of`` is run as
@@ -95,10 +97,10 @@ def _archived_until() -> int:
 
 
 def _default_since() -> int | None:
-    """The last SUCCEEDED run's ``until``, else the first archived segment's start (ms)."""
+    """The latest ``until`` of the SUCCEEDED runs, else the first archived segment's start (ms)."""
     last = (
         ReconciliationRun.objects.filter(state=ReconciliationRun.State.SUCCEEDED)
-        .order_by("-id")
+        .order_by("-until_timestamp")
         .values_list("until_timestamp", flat=True)
         .first()
     )
@@ -180,6 +182,8 @@ def reconciliation_run(
     Raises:
         InvalidInput: the window (``reconciliation_window``).
         Conflict: ``reconciliation_running``, another run holds the lease.
+        RuntimeError: the lease was lost while the job ran (``LeaseKeeper.lost``); the run is
+            then FAILED and its result not stored.
         Exception: whatever the job raised; the run is then FAILED with the error text.
     """
     owner = lease_owner()
@@ -205,6 +209,13 @@ def reconciliation_run(
         run.save(update_fields=["output_uri"])
         try:
             result = _job_run(run, params, progress)
+            if keeper.lost:
+                # Another process may have taken the lease, failed this run and started its
+                # own over the same window: storing this one too would count it twice.
+                raise RuntimeError(
+                    "The reconciliation lease was lost while the job ran (the database did "
+                    "not answer its renewals); the result was not stored."
+                )
             reconciliation_result_store(run, result)
         except BaseException as exc:
             _run_fail(run, exc)

@@ -138,6 +138,7 @@ def test_anomalies_filter_by_kind_and_page(owner, runs):
         ({"limit": 0}, "limit"),
         ({"limit": 10001}, "limit"),
         ({"offset": -1}, "offset"),
+        ({"offset": 10**20}, "offset"),  # past the database's bigint: a 400, never a 500
         ({"limit": "many"}, "limit"),
     ],
 )
@@ -148,6 +149,8 @@ def test_a_bad_query_is_a_400_naming_the_field(owner, runs, query, field):
 
 def test_before_the_first_successful_run_latest_is_the_contract_404(owner):
     assert_error(owner.get(LATEST), 404, "reconciliation_run_not_found")
+    # The query is checked first: a bad one is a 400 whether or not there is a run.
+    assert_error(owner.get(LATEST, {"limit": "many"}), 400, "invalid_input")
     ReconciliationRun.objects.create(
         state="failed", trigger="beat", since_timestamp=T0, until_timestamp=T0 + HOUR,
         as_of_timestamp=T0 + 2 * HOUR, spark_master="local[2]",

@@ -216,3 +216,30 @@ def test_the_watermark_stays_when_a_segment_fails(spark, settings, tmp_path, mon
     assert ArchiveSegment.objects.get().start_timestamp == until - SEGMENT_MS
     for table in ARCHIVE_TABLES:
         assert _ids(spark, uri, table) == _db_ids(table, until), table
+
+
+@pytest.mark.django_db
+def test_a_watermark_inside_a_segment_is_exported_up_to_the_next_boundary_only(
+    spark, settings, tmp_path
+):
+    """After HALFMOON_ARCHIVE_SEGMENT_MS changed, the watermark may sit inside a segment: the
+    export writes from it up to the next aligned boundary, never into a segment still open."""
+    settings.HALFMOON_ARCHIVE_URI = uri = str(tmp_path / "archive")
+    broker_setup()
+    broker_round("a")
+    first = min(t for table in ARCHIVE_TABLES for t in _db_times(table))
+    start = segment_start(first, SEGMENT_MS)
+    end = start + SEGMENT_MS
+    mark = start + 1  # unaligned (a row at exactly start would count as archived already)
+    ArchiveWatermark.objects.update_or_create(
+        name="logs", defaults={"archived_until_timestamp": mark}
+    )
+    now = end + LAG_MS  # the segment [start, end) has just closed; the next one is open
+
+    archive_export(now_ms=now, prune=False)
+
+    assert ArchiveWatermark.objects.get(name="logs").archived_until_timestamp == end
+    (segment,) = ArchiveSegment.objects.all()
+    assert (segment.start_timestamp, segment.end_timestamp) == (mark, end)
+    for table in ARCHIVE_TABLES:
+        assert _ids(spark, uri, table) == _db_ids(table, end, mark), table

@@ -177,6 +177,14 @@ def late(spark, archive):
     return run(spark, archive, "late", params(since=H2, until=H2 + 5 * MIN, as_of=H2 + HOUR_MS))
 
 
+@pytest.fixture(scope="module")
+def cut(spark, archive):
+    """The same 5 minutes judged as soon as they have settled: their bucket's end has not (the
+    window's end cuts it), but every half message judged in it has."""
+    as_of = H2 + 5 * MIN + settle_ms(params(since=0, until=1, as_of=1))
+    return run(spark, archive, "cut", params(since=H2, until=H2 + 5 * MIN, as_of=as_of))
+
+
 def by_kind(result) -> dict[str, list]:
     found: dict[str, list] = {}
     for anomaly in result.anomalies:
@@ -369,6 +377,13 @@ def test_a_settled_bucket_is_flagged(early, late):
     # orphan-2 is named by its own anomaly; pending-1 is the unexplained one.
     assert bucket.evidence["unexplained_transaction_ids"] == ["pending-1"]
     assert (bucket.evidence["half_count"], bucket.evidence["final_count"]) == (2, 0)
+
+
+def test_a_bucket_cut_by_the_window_is_balanced_once_its_part_has_settled(cut):
+    assert H2 + BUCKET_MS + settle_ms(params(since=0, until=1, as_of=1)) > cut.params.as_of_ms
+    assert cut.anomaly_counts == {"orphan_delivery": 1, "bucket_mismatch": 1}
+    bucket = by_kind(cut)["bucket_mismatch"][0]
+    assert bucket.evidence["unexplained_transaction_ids"] == ["pending-1"]
 
 
 def test_window_must_be_inside_the_archive(spark, archive):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import io
 import re
+import time
 
 import pytest
 from django.core.management import call_command
@@ -16,7 +17,13 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 import tasks.pipeline
 from broker.errors import Conflict, InvalidInput
-from broker.models import ReconciliationAnalytics, ReconciliationAnomaly, ReconciliationRun
+from broker.models import (
+    ReconciliationAnalytics,
+    ReconciliationAnomaly,
+    ReconciliationRun,
+    ScanLease,
+)
+from broker.pipeline import reconcile as reconcile_module
 from broker.pipeline.result import ReconcileResult
 from broker.rules.anomalies import settle_ms
 from broker.services import reconciliation as service
@@ -86,6 +93,8 @@ def test_a_window_starts_where_the_last_successful_run_ended():
     )  # fmt: skip
 
     assert reconciliation_window().since_ms == T0 + HOUR
+    stored_run(since=T0 - 2 * HOUR, until=T0 - HOUR)  # a later run over an older window
+    assert reconciliation_window().since_ms == T0 + HOUR  # does not move it back
 
 
 def test_an_until_past_the_archive_is_refused_not_clamped():
@@ -158,6 +167,31 @@ def test_a_failing_job_leaves_the_run_failed_with_its_error_and_frees_the_lease(
     assert not run.anomalies.exists()
     fake_job.error = None  # the lease is free again: the next run goes ahead
     assert reconciliation_run(trigger="command").state == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)  # the lease keeper renews from its own connection
+def test_a_run_whose_lease_was_lost_is_failed_and_its_result_not_stored(fake_job, monkeypatch):
+    archived(AS_OF)
+    monkeypatch.setattr(service, "LEASE_TTL_MS", 300)  # renewed every 100 ms
+    job = fake_job.__call__
+
+    def job_losing_the_lease(spark, **kwargs):
+        # Meanwhile the lease expired and another process took it (and may run this window).
+        ScanLease.objects.filter(name=RECONCILE_LEASE).update(
+            owner="another-worker", expires_timestamp=2**62
+        )
+        time.sleep(0.5)
+        return job(spark, **kwargs)
+
+    monkeypatch.setattr(reconcile_module, "reconcile", job_losing_the_lease)
+
+    with pytest.raises(RuntimeError, match="lease was lost"):
+        reconciliation_run(trigger="command")
+
+    run = ReconciliationRun.objects.get()
+    assert run.state == "failed" and "lease was lost" in run.error
+    assert not run.anomalies.exists() and not run.analytics.exists()
+    assert run.transactions == 0 and run.anomaly_counts == {}
 
 
 def test_a_run_left_running_by_a_dead_process_is_failed_by_the_next(fake_job):

@@ -53,6 +53,7 @@ class ProgressBar:
         self.bar = tqdm(total=0, unit="task", file=stream, dynamic_ncols=True, leave=True)
 
     def update(self, event: ProgressEvent) -> None:
+        """Show ``event``: tasks done of the total, jobs done, the current stage's name."""
         self.bar.total = max(event.tasks_total, event.tasks_done)
         self.bar.n = event.tasks_done
         stage = f" {event.stage[:40]}" if event.stage else ""
@@ -60,10 +61,13 @@ class ProgressBar:
         self.bar.refresh()
 
     def close(self) -> None:
+        """End the bar (its last state stays on the terminal)."""
         self.bar.close()
 
 
 class Command(BaseCommand):
+    """``manage.py reconcile``: a thin call to ``reconciliation_run`` with a progress bar."""
+
     help = (
         "Reconcile the archived logs now: every transaction whose half message was stored in "
         "[--since, --until) (defaults: since the last successful run, until what has settled "

@@ -143,24 +143,27 @@ def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveEx
         if at is None or segment_start(at, segment_ms) + segment_ms > limit:
             break
         start = max(start, segment_start(at, segment_ms))
+        # Up to the next aligned boundary: after HALFMOON_ARCHIVE_SEGMENT_MS changed, the
+        # watermark may sit inside a segment, whose end is still closed (checked above).
+        end = segment_start(start, segment_ms) + segment_ms
         if spark is None:  # started only when there is something to write
             spark = spark_session()
             archive_io.tmp_clean(spark, uri)
         began = time.monotonic()
-        rows = _segment_write(spark, uri=uri, start_ms=start, end_ms=start + segment_ms)
+        rows = _segment_write(spark, uri=uri, start_ms=start, end_ms=end)
         if keeper.lost:
             break  # another export may have taken over: leave the watermark to it
         _segment_commit(
             uri=uri,
             start_ms=start,
-            end_ms=start + segment_ms,
+            end_ms=end,
             rows=rows,
             duration_ms=int((time.monotonic() - began) * 1000),
         )
         result.segments += 1
         for table, n in rows.items():
             result.rows[table] += n
-        start += segment_ms
+        start = end
         result.archived_until_ms = start
     if not keeper.lost and limit > result.archived_until_ms:
         # Nothing is left below limit but empty segments: pass them (no write can land there).

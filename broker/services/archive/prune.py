@@ -9,7 +9,8 @@ its own database transaction:
   reserved time an operator can no longer commit, roll back or resume it: it is gone from the
   console and the API, and its history is in the archive), once every row of it is below the
   bound: its half messages (a resume re-appends one), ``Resolution``, ``TransactionEvent`` and
-  ``CheckRequest`` rows, discard copies, Op message and delivered message. Never a PREPARED one;
+  ``CheckRequest`` rows, discard copies and delivered message (its Op message goes with the
+  Op messages, below). Never a PREPARED one;
   never one whose delivered message is in flight to a consumer group (a ``Delivery`` row), or
   whose journal rows are not yet folded into the ``/metrics`` rollup (the prune folds first:
   ``broker.services.metrics.metrics_fold``, so the counters never go backwards);
