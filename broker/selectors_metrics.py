@@ -22,12 +22,17 @@ from broker.models import (
     Transaction,
     TransactionEvent,
 )
-from broker.rules.states import CheckAnswer, DiscardReason, ResolutionAction, TransactionState
+from broker.rules.states import (
+    RESOLVED_STATES,
+    CheckAnswer,
+    DiscardReason,
+    ResolutionAction,
+    TransactionState,
+)
 
 RESOLUTIONS = "resolution"  # MetricRollup.source of the Resolution journal
 EVENTS = "event"  # MetricRollup.source of the TransactionEvent journal
 
-RESOLVED_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 # Labels present from the first scrape, at 0, so rates and alerts work before the first event.
 OPERATOR_ACTIONS = (
     *(f"{TransactionEvent.Kind.RESOLVED}:{action}" for action in ResolutionAction.values),

@@ -54,14 +54,13 @@ from django.db.models.functions import RowNumber
 
 from broker.conf import conf
 from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
-from broker.rules.states import TransactionState
+from broker.rules.states import RESOLVED_STATES, TransactionState
 
 BUCKET_MS = 60_000  # one chart point per minute
 WINDOW_BUCKETS = 60  # the last hour
 PERCENTILES = (0.5, 0.95, 0.99)
 
 _BEFORE = -1  # the bucket of a timestamp before the window
-_RESOLVED_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 
 
 @dataclass(frozen=True)
@@ -227,7 +226,7 @@ def ends_per_minute(window: OverviewWindow) -> dict[str, list[int]]:
     """
     out = {name: [0] * WINDOW_BUCKETS for name in ("commits", "rollbacks", "discards")}
     ended = (
-        Transaction.objects.filter(resolved_timestamp__gte=window.start, state__in=_RESOLVED_STATES)
+        Transaction.objects.filter(resolved_timestamp__gte=window.start, state__in=RESOLVED_STATES)
         .values("state", minute=window.bucket("resolved_timestamp"))
         .annotate(n=Count("*"))
         .order_by()
@@ -274,7 +273,7 @@ def nearest_rank(sorted_values: list[int], p: float) -> int:
 
 def _resolved_in(window: OverviewWindow) -> QuerySet[Transaction]:
     return Transaction.objects.filter(
-        resolved_timestamp__gte=window.start, state__in=_RESOLVED_STATES
+        resolved_timestamp__gte=window.start, state__in=RESOLVED_STATES
     )
 
 
@@ -318,7 +317,7 @@ def _latency_postgresql(window: OverviewWindow) -> list[GroupLatency]:
         "GROUP BY producer_group ORDER BY producer_group"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*PERCENTILES, window.start, *_RESOLVED_STATES])
+        cursor.execute(sql, [*PERCENTILES, window.start, *RESOLVED_STATES])
         rows = cursor.fetchall()
     return [GroupLatency(g, n, int(p50), int(p95), int(p99)) for g, n, p50, p95, p99 in rows]
 

@@ -42,6 +42,14 @@ class TransactionState(models.TextChoices):
     DISCARDED = "DISCARDED"
 
 
+RESOLVED_STATES: tuple[TransactionState, ...] = (
+    TransactionState.COMMITTED,
+    TransactionState.ROLLED_BACK,
+)
+"""The states a resolution (commit or rollback, and its Op message) leads to: the ended
+states, from which no end, check or operator action moves a transaction again."""
+
+
 class ResolvedBy(models.TextChoices):
     """Who ended a transaction (api-v1 ``resolved_by``)."""
 

@@ -21,10 +21,10 @@ from django.db import transaction
 from broker.errors import Conflict, HalfmoonError, InvalidInput, TransactionAlreadyResolved
 from broker.models import AuditEntry, AuditTarget, Transaction, TransactionEvent
 from broker.rules.audit import ended_by_text, iso_utc
-from broker.rules.states import ResolvedBy, TransactionState
+from broker.rules.states import RESOLVED_STATES, ResolvedBy, TransactionState
 
 REASON_MAX_LENGTH = 1024
-ENDED_STATES = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
+ENDED_STATES = RESOLVED_STATES  # an operator action on these is refused
 
 # The reason recorded for an API resume-check sent without one (api-v1 makes it optional).
 NO_REASON_GIVEN = "(no reason given)"

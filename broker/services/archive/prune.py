@@ -52,7 +52,7 @@ from broker.models import (
 )
 from broker.models import now_ms as clock_ms
 from broker.rules.op_body import op_body_parse
-from broker.rules.states import TransactionState
+from broker.rules.states import RESOLVED_STATES, TransactionState
 from broker.selectors_metrics import EVENTS, RESOLUTIONS, watermark
 from broker.services.archive.export import WATERMARK
 from broker.services.metrics import metrics_fold
@@ -65,7 +65,6 @@ OP_BATCH = 32  # Op messages read at a time (bodies of at most HALFMOON_OP_MSG_M
 
 _TRANSACTION_TOPICS = (HALF_TOPIC, CHECK_MAX_TIME_TOPIC)
 _SYSTEM_TOPICS = (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC)
-_RESOLVED = (TransactionState.COMMITTED, TransactionState.ROLLED_BACK)
 
 
 def prune_bound(*, archived_until_ms: int, now_ms: int, file_reserved_ms: int) -> int:
@@ -131,7 +130,7 @@ def prunable_transactions(bound: int) -> QuerySet[Transaction]:
         pk=OuterRef("resolution__op_commit_log_offset"), store_timestamp__gte=bound
     )
     resolved = Q(
-        state__in=_RESOLVED,
+        state__in=RESOLVED_STATES,
         resolution__op_commit_log_offset__isnull=False,
         resolution__resolved_timestamp__lt=bound,
         resolution__pk__lte=folded_resolutions,

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from broker.rules.checks import check_immunity_ms, first_check_timestamp, next_check_after_check
 from broker.rules.states import (
+    RESOLVED_STATES,
     RESOLVING_ACTIONS,
     ResolutionAction,
     ResolvedBy,
@@ -43,8 +44,6 @@ from broker.services.recovery.report import (
 RESOLVERS = (ResolvedBy.PRODUCER, ResolvedBy.CHECK, ResolvedBy.OPERATOR)
 """Who may resolve (commit or roll back) a transaction; ``discard`` only discards."""
 
-RESOLVED_STATES = tuple(state_of_action(action) for action in RESOLVING_ACTIONS)
-"""COMMITTED and ROLLED_BACK: the states a resolution (and an Op message) leads to."""
 
 _RESOLUTION_OF_STATE = {
     state_of_action(action): resolution_of_action(action) for action in RESOLVING_ACTIONS
