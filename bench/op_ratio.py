@@ -5,7 +5,7 @@
 
 1. Recreates the database, migrates it, creates topic ``BenchTopic`` (4 queues), producer group
    ``BenchGroup`` and an access key (as bench/throughput.py does).
-2. Starts the broker as production serves it (Procfile): ``uvicorn halfmoon.asgi:application
+2. Starts the broker as the quick start serves it (deploy/supervisord.conf): ``uvicorn halfmoon.asgi:application
    --workers 2``, ``celery -A tasks worker --concurrency 2`` and ``celery -A tasks beat``, each in
    its own process group, on Redis DB 13 (flushed first), with the default Op settings
    (``HALFMOON_OP_BATCH_INTERVAL_MS`` 3000, ``HALFMOON_OP_MSG_MAX_SIZE`` 4096) unless
@@ -77,7 +77,7 @@ def wait_log(path: Path, needle: str, proc: Any, timeout: float = 90.0) -> None:
 
 
 def start_celery(env: dict[str, str]) -> None:
-    """Start the Celery worker and beat of the Procfile and wait until both are up."""
+    """Start the Celery worker and beat of the quick start (deploy/supervisord.conf) and wait until both are up."""
     worker_log, beat_log = LOG_DIR / "op-ratio-worker.log", LOG_DIR / "op-ratio-beat.log"
     for log in (worker_log, beat_log):
         log.write_text("")

@@ -27,6 +27,7 @@ from broker.services.admin import (
     access_key_create,
     access_key_groups_validate,
     access_key_update,
+    check_url_validate,
     consumer_group_create,
     consumer_group_update,
     group_name_validate,
@@ -181,6 +182,10 @@ class ProducerGroupForm(GroupForm):
     class Meta:
         model = models.ProducerGroup
         fields = ["name", "check_url"]
+
+    def clean_check_url(self) -> str:
+        """The services' check-target rule (``check_url_validate``), as a field error."""
+        return _checked(self.cleaned_data["check_url"], check_url_validate)
 
 
 @admin.register(models.ProducerGroup)

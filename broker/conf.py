@@ -62,6 +62,7 @@ class BrokerConf:
     archive_interval_ms = _BrokerSetting()
     visibility_sla_ms = _BrokerSetting()
     reconcile_max_stored_anomalies = _BrokerSetting()
+    batch_max_messages = _BrokerSetting()
 
     @classmethod
     def env_names(cls) -> set[str]:

@@ -7,7 +7,8 @@ broker imports nothing of the console. Services call ``transaction_change_publis
 announced for a write that rolled back. Publishing never delays the request or task that caused
 it: events go onto an in-process queue drained by one background thread with its own event loop
 (so channels-redis keeps one connection pool). The feed is best effort: an event the channel
-layer cannot take is logged and dropped; the write itself is already durable.
+layer cannot take is logged and dropped; the write itself is already durable. While Redis is
+away, one warning says events are being dropped and another, with their count, when it is back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 from typing import Literal, TypedDict
 
 from channels.layers import get_channel_layer
+from redis.exceptions import RedisError
 
 logger = logging.getLogger("halfmoon.events")
 
@@ -91,14 +93,30 @@ class _Publisher:
         events = self._queue
         loop = asyncio.new_event_loop()
         layer = get_channel_layer()
+        dropped = 0  # events dropped since the channel layer stopped answering
         while True:
             group, event = events.get()
             if layer is None:
                 continue
             try:
                 loop.run_until_complete(layer.group_send(group, event))
+            except (OSError, RedisError) as exc:
+                # Redis is away: say so once, not once per event, and again when it is back.
+                if not dropped:
+                    logger.warning(
+                        "events are dropped while the channel layer (Redis) does not answer: %s",
+                        exc,
+                    )
+                dropped += 1
+                continue
             except Exception:  # noqa: BLE001 - best effort, see module docstring
                 logger.warning("could not publish %s to %s", event["type"], group, exc_info=True)
+                continue
+            if dropped:
+                logger.warning(
+                    "the channel layer (Redis) answers again: %d events dropped", dropped
+                )
+                dropped = 0
 
 
 _publisher = _Publisher()

@@ -1,15 +1,31 @@
 """Cached reads of the configuration every request needs: access keys, topics and producer
 groups. They change rarely and are read on every send, so each process keeps them in Django's
-local-memory cache for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a revoked key, a new check_url or a
-deleted group takes effect in other processes within that time, and at once in the process
-that made the change (``post_save``/``post_delete`` signals forget the entry).
+local-memory cache for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a new check_url or a deleted group
+takes effect in other processes within that time, and at once in the process that made the
+change (``post_save``/``post_delete`` signals forget the entry).
+
+Access keys go faster: a revoked (deleted) or changed key is refused or changed in every
+process within 1 s. Each change, once committed, writes a fresh random *generation* to Redis
+(``ACCESS_KEY_GENERATION_KEY``); every process reads it at most every
+``ACCESS_KEY_GENERATION_CHECK_S`` (0.25 s) and keys its cached access keys by it, so a new
+generation makes every cached key a miss there. While Redis does not answer, a process keeps
+its last generation and says so in the log (``halfmoon.lookups``, once per outage): changes
+made elsewhere then reach it only when its cached entry expires (``HALFMOON_LOOKUP_CACHE_MS``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
+import uuid
 from typing import Any
 
+import redis
+from django.conf import settings
 from django.core.cache import caches
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -17,7 +33,21 @@ from broker.conf import conf
 from broker.errors import not_found
 from broker.models import AccessKey, ProducerGroup, Topic
 
+logger = logging.getLogger("halfmoon.lookups")
+
 _MISSING = "__missing__"
+
+ACCESS_KEY_GENERATION_KEY = "halfmoon:lookups:access-key-generation"
+"""Redis key of the access keys' generation: a random hex token, rewritten after every committed
+change of an access key (create, rights, delete). Random, not a counter, so a Redis that lost
+the key and counted again never repeats a generation a process already holds."""
+ACCESS_KEY_GENERATION_CHECK_S = 0.25
+"""A process reads the generation at most this often (s): with Redis's round trip, a revoked
+key is refused everywhere within 1 s."""
+ACCESS_KEY_GENERATION_RETRY_S = 1.0
+"""While Redis does not answer, a process tries it again at most this often (s)."""
+REDIS_TIMEOUT_S = 0.5
+"""Connect and read timeout of the generation's Redis calls (s)."""
 
 
 def _cache() -> Any:
@@ -28,9 +58,98 @@ def _timeout_s() -> float:
     return conf.lookup_cache_ms / 1000
 
 
+class _AccessKeyGeneration:
+    """This process's copy of the access keys' generation in Redis, read at most every
+    ``ACCESS_KEY_GENERATION_CHECK_S`` by one request thread at a time (the others go on with
+    the copy they have), and ``ACCESS_KEY_GENERATION_RETRY_S`` while Redis is away."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._client: redis.Redis | None = None
+        self._value = ""
+        self._next_check = 0.0  # time.monotonic() of the next read
+        self._redis_away = False
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                settings.REDIS_URL,
+                socket_timeout=REDIS_TIMEOUT_S,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+            )
+        return self._client
+
+    def current(self) -> str:
+        """The generation to key cached access keys by: Redis's, at most
+        ``ACCESS_KEY_GENERATION_CHECK_S`` old; the last one read while Redis is away."""
+        if time.monotonic() < self._next_check or not self._lock.acquire(blocking=False):
+            return self._value
+        try:
+            if time.monotonic() >= self._next_check:
+                self._read()
+        finally:
+            self._lock.release()
+        return self._value
+
+    def _read(self) -> None:
+        try:
+            raw = self._redis().get(ACCESS_KEY_GENERATION_KEY)
+        except redis.RedisError as exc:
+            self._next_check = time.monotonic() + ACCESS_KEY_GENERATION_RETRY_S
+            if not self._redis_away:
+                self._redis_away = True
+                logger.warning(
+                    "Redis does not answer (%s): access keys revoked or changed in other "
+                    "processes reach this one only when its cached key expires "
+                    "(HALFMOON_LOOKUP_CACHE_MS=%d) until Redis answers again",
+                    exc,
+                    conf.lookup_cache_ms,
+                )
+            return
+        self._next_check = time.monotonic() + ACCESS_KEY_GENERATION_CHECK_S
+        if self._redis_away:
+            self._redis_away = False
+            logger.info("Redis answers again: access-key revocations reach this process in 1 s")
+        self._value = raw.decode("ascii", "replace") if raw else ""
+
+    def announce(self) -> None:
+        """Write a new generation to Redis, so every process drops its cached access keys
+        within ``ACCESS_KEY_GENERATION_CHECK_S``. If Redis does not answer, log it: other
+        processes then see the change within ``HALFMOON_LOOKUP_CACHE_MS``."""
+        try:
+            self._redis().set(ACCESS_KEY_GENERATION_KEY, uuid.uuid4().hex)
+        except redis.RedisError as exc:
+            logger.warning(
+                "an access key changed but Redis does not answer (%s): other processes see "
+                "the change only when their cached key expires (HALFMOON_LOOKUP_CACHE_MS=%d)",
+                exc,
+                conf.lookup_cache_ms,
+            )
+
+
+_access_key_generation = _AccessKeyGeneration()
+# A forked child (Celery's prefork pool) starts afresh: no lock held by a parent's thread, no
+# parent's connection.
+os.register_at_fork(after_in_child=lambda: _access_key_generation._reset())
+
+
+def _access_key_cache_key(token_hash: str) -> str:
+    return f"accesskey:{_access_key_generation.current()}:{token_hash}"
+
+
 def access_key_by_hash(token_hash: str) -> AccessKey | None:
-    """The access key whose token hashes to ``token_hash`` (SHA-256 hex), or None."""
-    key = f"accesskey:{token_hash}"
+    """The access key whose token hashes to ``token_hash`` (SHA-256 hex), or None.
+
+    Cached per process for ``HALFMOON_LOOKUP_CACHE_MS``, under the access keys' generation in
+    Redis (see the module's docstring): a key revoked or changed in any process is seen here
+    within 1 s, or within the cache time while Redis is away. Redis's absence raises nothing.
+    """
+    if _timeout_s() <= 0:  # no cache: nothing to invalidate, no Redis round trip
+        return AccessKey.objects.filter(token_hash=token_hash).first()
+    key = _access_key_cache_key(token_hash)
     found = _cache().get(key)
     if found is None:
         found = AccessKey.objects.filter(token_hash=token_hash).first() or _MISSING
@@ -78,7 +197,15 @@ def topic_forget(name: str) -> None:
 
 @receiver([post_save, post_delete], sender=AccessKey)
 def _access_key_changed(sender: type, instance: AccessKey, **kwargs: Any) -> None:
-    _cache().delete(f"accesskey:{instance.token_hash}")
+    token_hash = instance.token_hash
+
+    def committed() -> None:
+        # Again after the commit: a request of this process may have read the old row meanwhile.
+        _cache().delete(_access_key_cache_key(token_hash))
+        _access_key_generation.announce()
+
+    _cache().delete(_access_key_cache_key(token_hash))
+    transaction.on_commit(committed)
 
 
 @receiver([post_save, post_delete], sender=Topic)

@@ -24,6 +24,7 @@ FIELD_OF_CODE = {
     "consumer_group_exists": "name",
     "invalid_queue_nums": "queue_nums",
     "invalid_max_delivery_attempts": "max_delivery_attempts",
+    "check_url_not_allowed": "check_url",
 }
 
 
@@ -59,7 +60,8 @@ def _check_url_field() -> forms.URLField:
         max_length=2048,
         assume_scheme="https",
         label="Check URL",
-        help_text="Where back-checks are POSTed; empty: the group's producers poll for them.",
+        help_text="Where back-checks are POSTed (http or https, a host "
+        "HALFMOON_CHECK_URL_ALLOWED_NETWORKS allows); empty: the group's producers poll for them.",
     )
 
 

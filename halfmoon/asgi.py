@@ -4,6 +4,11 @@ Refuses to start with the development ``SECRET_KEY`` unless ``DJANGO_DEBUG`` is 
 (``halfmoon.security``). ``/static/`` (the admin's and the offline Swagger UI's assets) is
 answered by servestatic from ``STATIC_ROOT`` before Django sees the request, so API requests
 pass no static-file middleware.
+
+Request bodies (``halfmoon.body_limit``): in front of both, ``BodyLimitMiddleware`` refuses a
+body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413 as soon as the bytes received pass it, and
+Django's handler is ``halfmoon.body_limit.ASGIHandler``, whose requests state the length of a
+chunked body (DRF reads no body without one). Websockets pass neither.
 """
 
 import logging
@@ -11,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import django
 from django.conf import settings
-from django.core.asgi import get_asgi_application
 from servestatic import ServeStaticASGI
 
 from halfmoon.security import serving_secret_key_require
@@ -20,7 +25,11 @@ from halfmoon.security import serving_secret_key_require
 logger = logging.getLogger("halfmoon.asgi")
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
+
+from halfmoon.body_limit import ASGIHandler, BodyLimitMiddleware  # noqa: E402 - after setup
+
+django_asgi_app = ASGIHandler()
 serving_secret_key_require("web server")
 
 
@@ -49,7 +58,7 @@ from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": static_files_app(django_asgi_app),
+        "http": BodyLimitMiddleware(static_files_app(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

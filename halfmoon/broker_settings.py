@@ -200,6 +200,18 @@ BROKER_SETTINGS += (
 )
 
 
+BROKER_SETTINGS += (
+    BrokerSetting(
+        "HALFMOON_BATCH_MAX_MESSAGES",
+        128,
+        "(batch send; RocketMQ bounds a batch by maxMessageSize only)",
+        "Most items of one batch request (transactions/batch, end-batch, messages/batch); more answers 400.",
+        1,
+        10000,
+    ),
+)
+
+
 def settings_table() -> str:
     """The Markdown table of every broker setting, as in README.md."""
     lines = [

@@ -6,11 +6,13 @@ table in README.md is rendered from the same list and tested against it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
 from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
 from halfmoon.security import DEVELOPMENT_SECRET_KEY
@@ -43,16 +45,21 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "broker",
     "console",
+    "axes",  # sign-in throttling (see "Sign-in throttling" below)
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything can query with it: NUL in a path (404) or query parameter (400).
+    "halfmoon.nul_guard.NulGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a refused sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "halfmoon.urls"
@@ -61,6 +68,38 @@ LOGIN_REDIRECT_URL = "console:overview"
 LOGOUT_REDIRECT_URL = "console:login"
 WSGI_APPLICATION = "halfmoon.wsgi.application"
 ASGI_APPLICATION = "halfmoon.asgi.application"
+
+# --- Sign-in throttling (django-axes) ---------------------------------------------------------
+# Every sign-in through a request (the console's and /admin/'s) is counted per username and
+# client address; after HALFMOON_LOGIN_FAILURE_LIMIT failures in a row that combination is
+# refused, right password included, for HALFMOON_LOGIN_COOLOFF_MINUTES after the last attempt,
+# with the page of console.views.auth.locked_out (429). Failures are kept in the database
+# (axes' AccessAttempt), so every web process sees them. The client address is REMOTE_ADDR:
+# uvicorn already sets it from X-Forwarded-For when the proxy is one it trusts
+# (FORWARDED_ALLOW_IPS, default 127.0.0.1,::1). Unlock: `manage.py axes_reset_username NAME`,
+# `axes_reset_ip ADDRESS`, or delete the access attempt in /admin/ (superuser).
+AUTHENTICATION_BACKENDS = [
+    "console.throttle.SignInThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+_LOCKOUT_BY = {
+    "user_and_address": [["username", "ip_address"]],
+    "user": ["username"],
+    "address": ["ip_address"],
+    "user_or_address": ["username", "ip_address"],
+}
+_lockout_by = env_str("HALFMOON_LOGIN_LOCKOUT_BY", "user_and_address")
+if _lockout_by not in _LOCKOUT_BY:
+    raise ImproperlyConfigured(
+        f"HALFMOON_LOGIN_LOCKOUT_BY={_lockout_by!r} is not one of {', '.join(_LOCKOUT_BY)}"
+    )
+AXES_LOCKOUT_PARAMETERS = _LOCKOUT_BY[_lockout_by]
+AXES_FAILURE_LIMIT = env_int("HALFMOON_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("HALFMOON_LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_RESET_ON_SUCCESS = True  # a successful sign-in forgets that combination's failures
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = True  # each refused attempt restarts the wait
+AXES_LOCKOUT_CALLABLE = "console.views.auth.locked_out"
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
 
 TEMPLATES = [
     {
@@ -82,9 +121,17 @@ TEMPLATES = [
 # Embedded default: a SQLite file under var/, in WAL mode, every transaction BEGIN IMMEDIATE so
 # that a writer holds the write lock from its first statement (the broker's read-then-write
 # services then see no lost updates). PostgreSQL (DATABASE_URL=postgres://...) for production
-# and the tests, through Django's psycopg connection pool: under ASGI each request runs in a
-# fresh thread, so CONN_MAX_AGE would open a connection per request
-# (../shared/reference/performance-notes.md).
+# and the tests, set up per server kind (HALFMOON_SERVER, set by deploy/supervisord.conf and
+# deploy/systemd; docs/operations.md "Serving"):
+# - "asgi" (the default: uvicorn, Celery, manage.py): Django's psycopg connection pool; under
+#   ASGI each request runs in a fresh thread, so CONN_MAX_AGE would open a connection per request
+#   (../shared/reference/performance-notes.md);
+# - "wsgi" (gunicorn sync workers, one request at a time per process): one persistent
+#   connection per process (CONN_MAX_AGE, HALFMOON_DB_CONN_MAX_AGE seconds, checked before
+#   reuse), no pool.
+HALFMOON_SERVER = env_str("HALFMOON_SERVER", "asgi")
+if HALFMOON_SERVER not in ("asgi", "wsgi"):
+    raise ImproperlyConfigured(f"HALFMOON_SERVER={HALFMOON_SERVER!r} is neither asgi nor wsgi")
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'halfmoon.sqlite3'}")
 _db = dj_database_url.parse(DATABASE_URL)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -96,13 +143,21 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     _db["CONN_MAX_AGE"] = 0
 elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db["CONN_MAX_AGE"] = 0
-    if env_bool("HALFMOON_DB_POOL", True):
-        _db["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
-                "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
-                "timeout": 10,
-            }
+    # A database that is away fails fast instead of hanging a request: libpq's connect_timeout
+    # bounds each connection attempt (a host that never answers), the pool's timeout a
+    # request's wait for a connection; past either the API answers 503 service_unavailable
+    # (broker.api.exceptions). Options given in DATABASE_URL's query string are kept.
+    _db.setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
+    )
+    if HALFMOON_SERVER == "wsgi":
+        _db["CONN_MAX_AGE"] = env_int("HALFMOON_DB_CONN_MAX_AGE", 600, minimum=0)
+        _db["CONN_HEALTH_CHECKS"] = True
+    elif env_bool("HALFMOON_DB_POOL", True):
+        _db["OPTIONS"]["pool"] = {
+            "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
+            "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
+            "timeout": env_int("HALFMOON_DB_POOL_TIMEOUT", 5, minimum=1),
         }
     _db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
 DATABASES = {"default": _db}
@@ -137,7 +192,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Spark work runs on its own queue and worker process (Procfile: pipeline), so a long
+# Spark work runs on its own queue and worker process (deploy/supervisord.conf: pipeline), so a long
 # reconciliation never delays a back-check, and one process keeps the Spark session.
 CELERY_TASK_ROUTES = {"tasks.pipeline.*": {"queue": "pipeline"}}
 
@@ -152,6 +207,26 @@ if 3_600_000 % HALFMOON_SETTINGS["HALFMOON_ARCHIVE_SEGMENT_MS"]:
         "HALFMOON_ARCHIVE_SEGMENT_MS must divide an hour (3600000 ms): the archive is "
         "partitioned by date and hour, and a segment never spans two hours."
     )
+
+# --- Back-check targets (broker.rules.check_targets, broker.services.checks.targets) --------
+# The hosts and networks a check_url may reach: comma-separated CIDRs and host names (a listed
+# name is accepted when the URL is set without resolving it; when a check is sent, every
+# address a name resolves to must lie in the networks). Link-local and multicast addresses are
+# refused whatever this says, and so is the broker's own HALFMOON_HOST:HALFMOON_PORT (the
+# address and port the quick start's web server serves, deploy/supervisord.conf).
+HALFMOON_CHECK_URL_ALLOWED_NETWORKS = [
+    entry.strip()
+    for entry in env_str(
+        "HALFMOON_CHECK_URL_ALLOWED_NETWORKS", ",".join(DEFAULT_ALLOWED_NETWORKS)
+    ).split(",")
+    if entry.strip()
+]
+try:
+    allowed_targets_parse(HALFMOON_CHECK_URL_ALLOWED_NETWORKS)
+except ValueError as _exc:
+    raise ImproperlyConfigured(str(_exc)) from _exc
+HALFMOON_HOST = env_str("HALFMOON_HOST", "127.0.0.1")
+HALFMOON_PORT = env_int("HALFMOON_PORT", 8000, minimum=1, maximum=65535)
 
 # --- The data pipeline (archive to Parquet, reconciliation on Spark; broker/pipeline) -------
 # Where the logs are archived: a path (relative paths under the project) or a URI Spark's
@@ -184,6 +259,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Apache RocketMQ's transactional messages over HTTP: half messages, "
     "end-transaction, back-checks and SimpleConsumer receive/ack (api-v1).",
     "VERSION": "1.0.0",
+    # 3.1 (JSON Schema 2020-12): property names can be constrained (broker/api/schema.py).
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -191,6 +268,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_AUTHENTICATION": [],
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # The single end and the end-batch items share one enum, under the name it always had.
+    "ENUM_NAME_OVERRIDES": {"TransactionEndInActionEnum": "broker.rules.states.END_ACTIONS"},
 }
 
 # --- Static files, i18n ----------------------------------------------------------------------
@@ -206,12 +285,34 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Everything goes to stderr. django.request logs each 5xx answer (an unexpected error with its
+# traceback) naming the request id that the error body's details.request_id carries
+# (halfmoon.request_id); the API error handler's own lines are on the halfmoon logger.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "halfmoon.request_id.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "request": {
+            "format": "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s %(message)s"
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "stream": "ext://sys.stderr",
+        },
+        "requests": {
+            "class": "logging.StreamHandler",
+            "formatter": "request",
+            "filters": ["request_id"],
+            "stream": "ext://sys.stderr",
+        },
+    },
     "loggers": {
         "halfmoon": {"handlers": ["console"], "level": env_str("HALFMOON_LOG_LEVEL", "INFO")},
+        "django.request": {"handlers": ["requests"], "level": "ERROR"},
     },
 }

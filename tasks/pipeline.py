@@ -1,5 +1,5 @@
 """The data pipeline's tasks, on the ``pipeline`` queue (one worker process keeps the Spark
-session: ``Procfile`` ``pipeline``): the archive export and the reconciliation."""
+session: ``deploy/supervisord.conf`` ``pipeline``): the archive export and the reconciliation."""
 
 from __future__ import annotations
 

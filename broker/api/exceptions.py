@@ -1,21 +1,41 @@
 """One place that turns every error into the contract's body:
-``{"error": {"code": "snake_case_code", "message": "one human sentence", "details": {...}}}``."""
+``{"error": {"code": "snake_case_code", "message": "one human sentence", "details": {...}}}``.
+
+Errors that are the server's side (api-v1 "Conventions"):
+
+- the database unreachable (``OperationalError`` / ``InterfaceError``: connection refused, the
+  pool's timeout, a connection lost mid-request): 503 ``service_unavailable`` with
+  ``Retry-After``, whether raised in a DRF view or anywhere else in the request (``handler500``);
+- anything else unexpected: 500 ``internal_error``.
+
+Both carry ``details.request_id`` and the ``X-Request-ID`` header (``halfmoon.request_id``),
+the id the log line of the error names: Django's ``django.request`` record (with the traceback)
+and, for a 503, this module's ``halfmoon.api`` warning.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from broker.errors import HalfmoonError
+from halfmoon.request_id import REQUEST_ID_HEADER, request_id
 
 logger = logging.getLogger("halfmoon.api")
+
+# Retry-After of the 503 answered while the database is unreachable, in seconds.
+DATABASE_RETRY_AFTER_S = 5
+
+DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 _DRF_CODES: dict[type[exceptions.APIException], tuple[str, str]] = {
     exceptions.ParseError: ("malformed_request", "The request body is not valid JSON."),
@@ -62,6 +82,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 def _error_response(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS) and context.get("request") is not None:
+        body, headers = database_unavailable(context["request"], exc)
+        return Response(body, status=503, headers=headers)
     if isinstance(exc, HalfmoonError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status_code)
     if isinstance(exc, RequestDataTooBig):
@@ -102,10 +125,54 @@ def not_found_view(request: HttpRequest, exception: Exception | None = None) -> 
     return JsonResponse(error_body("not_found", f"No resource at {request.path}."), status=404)
 
 
+def database_unavailable(request: Any, exc: BaseException) -> tuple[dict[str, Any], dict[str, str]]:
+    """The 503 answered while the database is unreachable: its body (code
+    ``service_unavailable``, ``details.request_id``) and headers (``Retry-After`` in seconds,
+    ``X-Request-ID``). Logs one ``halfmoon.api`` warning naming the request id and the error.
+
+    Args:
+        request: the Django or DRF request.
+        exc: the ``OperationalError`` / ``InterfaceError`` raised.
+    """
+    rid = request_id(request)
+    logger.warning(
+        "Database unavailable on %s %s: %s: %s (request_id=%s)",
+        request.method,
+        request.path,
+        type(exc).__name__,
+        str(exc).strip() or "-",
+        rid,
+    )
+    body = error_body(
+        "service_unavailable",
+        f"The broker's database is unreachable: retry in {DATABASE_RETRY_AFTER_S} s.",
+        {"request_id": rid},
+    )
+    return body, {"Retry-After": str(DATABASE_RETRY_AFTER_S), REQUEST_ID_HEADER: rid}
+
+
 def server_error_view(request: HttpRequest) -> JsonResponse:
-    """handler500: JSON, never an HTML page (the error itself is logged by Django)."""
+    """handler500 of the API's paths: JSON, never an HTML page.
+
+    Django calls it while it handles the exception, so ``sys.exc_info()`` is the error: an
+    unreachable database answers the 503 of ``database_unavailable``, anything else 500
+    ``internal_error``. Both carry ``details.request_id`` and ``X-Request-ID``; Django then
+    logs the error with its traceback on ``django.request``, the record naming the same id
+    (``halfmoon.request_id.RequestIdFilter`` in ``LOGGING``).
+    """
+    exc = sys.exc_info()[1]
+    if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS):
+        body, headers = database_unavailable(request, exc)
+        return JsonResponse(body, status=503, headers=headers)
+    rid = request_id(request)
     return JsonResponse(
-        error_body("internal_error", "The broker failed to handle this request."), status=500
+        error_body(
+            "internal_error",
+            "The broker failed to handle this request; it has been logged with its request id.",
+            {"request_id": rid},
+        ),
+        status=500,
+        headers={REQUEST_ID_HEADER: rid},
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
+from rest_framework.utils import html
 
 from broker.constants import (
     NAME_PATTERN,
@@ -39,8 +40,81 @@ msg_id_validator = RegexValidator(
 )
 
 
+# --- Strict JSON types ---------------------------------------------------------------------------
+# DRF's CharField takes 0, 1.5 and true as "0", "1.5" and "True", and its IntegerField takes "5"
+# and 5.0 as 5: a client's mistake would be stored silently as something it did not send. Every
+# JSON body field of api-v1 is one of the strict fields below (the OpenAPI schema's types, and
+# nothing else); a value of another JSON type is a 400 ``invalid_input`` naming the field. Query
+# parameters arrive as strings by nature: their integers stay DRF's ``IntegerField``.
+
+
+class _EmptyQueryValueMixin:
+    """An empty query parameter (``?topic=``) is the empty string, not DRF's "omitted": a
+    field that may not be blank refuses it (400) rather than ignoring it."""
+
+    field_name: str
+
+    def get_value(self, dictionary: Any) -> Any:
+        if html.is_html_input(dictionary) and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)  # type: ignore[misc]
+
+
+class StrictChoiceField(_EmptyQueryValueMixin, serializers.ChoiceField):
+    """DRF's ``ChoiceField`` (only the listed strings) where an empty query value is refused."""
+
+
+class StrictCharField(_EmptyQueryValueMixin, serializers.CharField):
+    """A string field that takes only a JSON string (a number, boolean, array or object is
+    400 ``invalid``: "Not a valid string.") and keeps it as sent (no trimming of
+    whitespace, unless ``trim_whitespace=True``); otherwise DRF's ``CharField``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictURLField(serializers.URLField):
+    """``URLField`` (http, https, ftp, ftps per Django's validator) that takes only a JSON
+    string, as ``StrictCharField``."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer field of a JSON body that takes only a JSON integer (as JSON Schema counts
+    them: 5 or 5.0): a string ("5"), a fraction (5.5) or a boolean is 400 ``invalid`` ("A
+    valid integer is required."); min and max as DRF's ``IntegerField``."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, float) and data.is_integer():
+            data = int(data)
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean field that takes only JSON ``true`` or ``false`` (DRF's also takes "yes", 1,
+    "on" and the like): anything else is 400 ``invalid`` ("Must be a valid boolean.")."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 def NameField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field factory
-    return serializers.CharField(max_length=127, validators=[name_validator], **kwargs)
+    """A topic or group name: a JSON string matching api-v1's ``^[%|a-zA-Z0-9_-]{1,127}$``."""
+    return StrictCharField(max_length=127, validators=[name_validator], **kwargs)
 
 
 def body_fields(message: Message) -> dict[str, str]:
@@ -60,12 +134,12 @@ class MessageInSerializer(serializers.Serializer):
     """
 
     topic = NameField()
-    tags = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-    keys = serializers.CharField(max_length=1024, required=False, allow_blank=True, default="")
-    body = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    body_base64 = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    tags = StrictCharField(max_length=255, required=False, allow_blank=True, default="")
+    keys = StrictCharField(max_length=1024, required=False, allow_blank=True, default="")
+    body = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+    body_base64 = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
     properties = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
         required=False,
         default=dict,
     )
@@ -92,15 +166,15 @@ class MessageSendInSerializer(MessageInSerializer):
 
 class TransactionPrepareInSerializer(MessageInSerializer):
     producer_group = NameField()
-    msg_id = serializers.CharField(required=False, validators=[msg_id_validator])
-    check_immunity_seconds = serializers.IntegerField(required=False, allow_null=True)
+    msg_id = StrictCharField(required=False, validators=[msg_id_validator])
+    check_immunity_seconds = StrictIntegerField(required=False, allow_null=True)
 
 
 class TransactionEndInSerializer(serializers.Serializer):
     producer_group = NameField()
-    action = serializers.ChoiceField(choices=END_ACTIONS)
-    from_transaction_check = serializers.BooleanField(required=False, default=False)
-    remark = serializers.CharField(
+    action = StrictChoiceField(choices=END_ACTIONS)
+    from_transaction_check = StrictBooleanField(required=False, default=False)
+    remark = StrictCharField(
         required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
     )
 
@@ -108,9 +182,11 @@ class TransactionEndInSerializer(serializers.Serializer):
 class TransactionResolveInSerializer(serializers.Serializer):
     """An operator's resolution (admin key): commit or roll back, and why."""
 
-    action = serializers.ChoiceField(choices=RESOLVING_ACTIONS)
-    reason = serializers.CharField(
+    action = StrictChoiceField(choices=RESOLVING_ACTIONS)
+    reason = StrictCharField(
         max_length=REASON_MAX_LENGTH,
+        # Not blank: something besides whitespace (the service's reason_required), no NUL.
+        validators=[RegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
         help_text="Why (required, not blank): kept in the audit trail with the access key's name.",
     )
 
@@ -119,7 +195,7 @@ class TransactionResolveInputSerializer(TransactionResolveInSerializer):
     """What the resolve view validates: a missing, null or blank ``reason`` passes through to
     ``transaction_operator_resolve``, which answers 400 ``reason_required`` for all three."""
 
-    reason = serializers.CharField(
+    reason = StrictCharField(
         required=False,
         allow_null=True,
         allow_blank=True,
@@ -131,7 +207,7 @@ class TransactionResolveInputSerializer(TransactionResolveInSerializer):
 class TransactionResumeCheckInSerializer(serializers.Serializer):
     """An operator's resume-check (admin key): the body is optional (api-v1), its reason too."""
 
-    reason = serializers.CharField(
+    reason = StrictCharField(
         required=False,
         allow_null=True,
         allow_blank=True,
@@ -142,55 +218,67 @@ class TransactionResumeCheckInSerializer(serializers.Serializer):
 
 
 class TransactionListQuerySerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=TransactionState.values, required=False)
+    state = StrictChoiceField(choices=TransactionState.values, required=False)
     producer_group = NameField(required=False)
     topic = NameField(required=False)
 
 
 class MessageQuerySerializer(serializers.Serializer):
     topic = NameField()
-    key = serializers.CharField(max_length=1024)
+    key = StrictCharField(max_length=1024)
 
 
 class TopicInSerializer(serializers.Serializer):
     name = NameField()
-    queue_nums = serializers.IntegerField(
-        min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, default=4
-    )
+    queue_nums = StrictIntegerField(min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, default=4)
 
 
 class ProducerGroupInSerializer(serializers.Serializer):
     name = NameField()
-    check_url = serializers.URLField(max_length=2048, allow_null=True, required=False, default=None)
+    check_url = StrictURLField(max_length=2048, allow_null=True, required=False, default=None)
 
 
 class ProducerGroupPatchSerializer(serializers.Serializer):
-    check_url = serializers.URLField(max_length=2048, allow_null=True)
+    check_url = StrictURLField(max_length=2048, allow_null=True)
 
 
 class ConsumerGroupInSerializer(serializers.Serializer):
     name = NameField()
-    max_delivery_attempts = serializers.IntegerField(min_value=1, max_value=1000, required=False)
+    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
 
 
 class ReceiveInSerializer(serializers.Serializer):
     topic = NameField()
-    max_messages = serializers.IntegerField(
+    max_messages = StrictIntegerField(
         min_value=RECEIVE_MAX_MESSAGES[0], max_value=RECEIVE_MAX_MESSAGES[1], default=32
     )
-    invisible_duration_ms = serializers.IntegerField(
+    invisible_duration_ms = StrictIntegerField(
         min_value=RECEIVE_INVISIBLE_DURATION_MS[0],
         max_value=RECEIVE_INVISIBLE_DURATION_MS[1],
         default=30000,
     )
-    wait_ms = serializers.IntegerField(
+    wait_ms = StrictIntegerField(
         min_value=RECEIVE_WAIT_MS[0], max_value=RECEIVE_WAIT_MS[1], default=0
     )
 
 
 class AckInSerializer(serializers.Serializer):
     receipt_handles = serializers.ListField(
-        child=serializers.CharField(max_length=64), min_length=1, max_length=1024
+        child=StrictCharField(max_length=64), min_length=1, max_length=1024
+    )
+
+
+TRANSACTION_PAGE_DEFAULT = 100
+TRANSACTION_PAGE_MAX = 1000
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """A page of ``GET /api/v1/transactions``: ``page`` (from 1) and ``page_size`` (1 to
+    ``TRANSACTION_PAGE_MAX``), integers in the query string; anything else is 400."""
+
+    page = serializers.IntegerField(min_value=1, required=False)
+    page_size = serializers.IntegerField(
+        min_value=1, max_value=TRANSACTION_PAGE_MAX, required=False
     )
 
 
@@ -200,6 +288,22 @@ class CheckRequestsQuerySerializer(serializers.Serializer):
 
 
 # --- Outputs ------------------------------------------------------------------------------------
+
+
+class ErrorDetailOutSerializer(serializers.Serializer):
+    """The contract's error object: ``code`` (snake_case), ``message`` (one human sentence),
+    ``details`` (per code; ``fields`` for ``invalid_input``)."""
+
+    code = serializers.CharField()
+    message = serializers.CharField(allow_blank=True)
+    details = serializers.DictField()
+
+
+class ErrorOutSerializer(serializers.Serializer):
+    """Every error answer of api-v1: ``{"error": {"code", "message", "details"}}``
+    (``broker.api.exceptions.error_body``)."""
+
+    error = ErrorDetailOutSerializer()
 
 
 class TopicOutSerializer(serializers.ModelSerializer):
@@ -479,3 +583,70 @@ class ReconciliationRunOutSerializer(serializers.Serializer):
     anomalies_matching = serializers.IntegerField(help_text="Stored anomalies matching kind")
     anomalies = ReconciliationAnomalyOutSerializer(many=True, source="anomalies_page")
     error = serializers.CharField(allow_blank=True, help_text="Why a failed run failed")
+
+
+# --- Batches (api-v1 "Batches"; broker/api/views_batch.py) -------------------------------------
+# A batch is validated in two steps: the envelope here (a list under ``list_field``), then each
+# item with the single operation's serializer (``item_serializer``), so that a bad item is that
+# item's 400 and not the whole batch's. The OpenAPI shapes of these serializers are written by
+# ``broker.api.views_batch`` (``BatchInSchema``, ``BatchOutSchema``).
+
+
+class TransactionEndBatchItemInSerializer(TransactionEndInSerializer):
+    """One end of ``POST /transactions/end-batch``: the single end's body plus its
+    ``transaction_id`` (the single end's path parameter, same format)."""
+
+    transaction_id = StrictCharField(validators=[msg_id_validator])
+
+
+class BatchInSerializer(serializers.Serializer):
+    """The envelope of a batch request: ``{<list_field>: [item, ...]}``. Items are left as sent
+    (any JSON value) for ``item_serializer``; their count is checked by
+    ``broker.services.batch.batch_size_check``."""
+
+    list_field: str
+    item_serializer: type[serializers.Serializer]
+
+
+class TransactionBatchInSerializer(BatchInSerializer):
+    list_field = "messages"
+    item_serializer = TransactionPrepareInSerializer
+    messages = serializers.ListField(help_text="Half messages, each the single send's body")
+
+
+class MessageBatchInSerializer(BatchInSerializer):
+    list_field = "messages"
+    item_serializer = MessageSendInSerializer
+    messages = serializers.ListField(help_text="Normal messages, each the single send's body")
+
+
+class TransactionEndBatchInSerializer(BatchInSerializer):
+    list_field = "ends"
+    item_serializer = TransactionEndBatchItemInSerializer
+    ends = serializers.ListField(help_text="Ends, each the single end's body and transaction_id")
+
+
+class BatchOutSerializer(serializers.Serializer):
+    """A batch's answer: ``{"results": [...]}``, one item per request item, in order, either
+    ``{"status": <ok_statuses>, "body": <item_serializer's shape>}`` (the single operation's
+    status and body) or ``{"status": 4xx, "error": {"code", "message", "details"}}`` (the
+    single operation's error status and error object, for that item alone)."""
+
+    item_serializer: type[serializers.Serializer]
+    ok_statuses: tuple[int, ...]
+    results = serializers.ListField(child=serializers.DictField())
+
+
+class TransactionBatchOutSerializer(BatchOutSerializer):
+    item_serializer = TransactionPrepareOutSerializer
+    ok_statuses = (201, 200)
+
+
+class MessageBatchOutSerializer(BatchOutSerializer):
+    item_serializer = SendResultSerializer
+    ok_statuses = (201,)
+
+
+class TransactionEndBatchOutSerializer(BatchOutSerializer):
+    item_serializer = TransactionEndOutSerializer
+    ok_statuses = (200,)

@@ -1,39 +1,52 @@
-"""api-v1 routes (``/api/v1/...``): one row per path, its view and its route name."""
+"""api-v1 routes (``/api/v1/...``): one row per path, its view and its route name.
+
+Path parameters are typed (``broker.api.converters``): ``name`` (topic and group names),
+``msgid`` (message and transaction ids), ``int``; a value of another format is a 404 before any
+view runs."""
 
 from django.urls import path
 
-from broker.api import views
+from broker.api import (
+    converters,  # noqa: F401 - registers the name and msgid converters
+    views,
+    views_batch,
+    views_poll,
+)
 
 _ROUTES = [
+    # Batches first: their fixed paths must not be read as a transaction or message id.
+    ("transactions/batch", views_batch.TransactionBatchView, "transaction-batch"),
+    ("transactions/end-batch", views_batch.TransactionEndBatchView, "transaction-end-batch"),
+    ("messages/batch", views_batch.MessageBatchView, "message-batch"),
     ("topics", views.TopicListCreateView, "topic-list"),
-    ("topics/<str:name>", views.TopicDetailView, "topic-detail"),
+    ("topics/<name:name>", views.TopicDetailView, "topic-detail"),
     ("producer-groups", views.ProducerGroupListCreateView, "producer-group-list"),
-    ("producer-groups/<str:name>", views.ProducerGroupDetailView, "producer-group-detail"),
+    ("producer-groups/<name:name>", views.ProducerGroupDetailView, "producer-group-detail"),
     (
-        "producer-groups/<str:name>/check-requests",
-        views.CheckRequestsView,
+        "producer-groups/<name:name>/check-requests",
+        views_poll.CheckRequestsView,
         "producer-group-check-requests",
     ),
     ("consumer-groups", views.ConsumerGroupListCreateView, "consumer-group-list"),
-    ("consumer-groups/<str:group>/receive", views.ReceiveView, "consumer-receive"),
-    ("consumer-groups/<str:group>/ack", views.AckView, "consumer-ack"),
+    ("consumer-groups/<name:group>/receive", views_poll.ReceiveView, "consumer-receive"),
+    ("consumer-groups/<name:group>/ack", views.AckView, "consumer-ack"),
     ("messages", views.MessageListCreateView, "message-list"),
-    ("messages/<str:msg_id>", views.MessageDetailView, "message-detail"),
+    ("messages/<msgid:msg_id>", views.MessageDetailView, "message-detail"),
     ("transactions", views.TransactionListCreateView, "transaction-list"),
-    ("transactions/<str:transaction_id>", views.TransactionDetailView, "transaction-detail"),
-    ("transactions/<str:transaction_id>/end", views.TransactionEndView, "transaction-end"),
+    ("transactions/<msgid:transaction_id>", views.TransactionDetailView, "transaction-detail"),
+    ("transactions/<msgid:transaction_id>/end", views.TransactionEndView, "transaction-end"),
     (
-        "transactions/<str:transaction_id>/timeline",
+        "transactions/<msgid:transaction_id>/timeline",
         views.TransactionTimelineView,
         "transaction-timeline",
     ),
     (
-        "transactions/<str:transaction_id>/resolve",
+        "transactions/<msgid:transaction_id>/resolve",
         views.TransactionResolveView,
         "transaction-resolve",
     ),
     (
-        "transactions/<str:transaction_id>/resume-check",
+        "transactions/<msgid:transaction_id>/resume-check",
         views.TransactionResumeCheckView,
         "transaction-resume-check",
     ),

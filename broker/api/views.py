@@ -15,6 +15,7 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from broker import selectors, selectors_console, selectors_reconciliation
+from broker.api import schema as _schema  # noqa: F401 - registers the OpenAPI corrections
 from broker.api import serializers as s
 from broker.api.permissions import (
     IsAdminKey,
@@ -24,23 +25,32 @@ from broker.api.permissions import (
 )
 from broker.errors import Forbidden
 from broker.lookups import producer_group_require
-from broker.services import admin, checks, consumers, messages, operator, transactions
-from broker.services.polling import poll_until
+from broker.services import admin, consumers, messages, operator, transactions
+
+
+def _error(description: str) -> OpenApiResponse:
+    """An error answer of the OpenAPI document: the contract's error body (``ErrorOut``)."""
+    return OpenApiResponse(s.ErrorOutSerializer, description=f"{description} (error body)")
+
 
 ERRORS = {
-    400: OpenApiResponse(description="invalid input (error body)"),
-    401: OpenApiResponse(description="missing or bad access key (error body)"),
-    403: OpenApiResponse(description="not allowed for this access key (error body)"),
+    400: _error("invalid input"),
+    401: _error("missing or bad access key"),
+    403: _error("not allowed for this access key"),
+    503: _error("the database is unreachable; try again after Retry-After seconds"),
+}
+_EXTRA_ERRORS = {
+    404: _error("unknown resource"),
+    409: _error("conflict with the current state"),
+    413: _error("body or properties too large"),
 }
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    extra = {
-        404: OpenApiResponse(description="unknown resource (error body)"),
-        409: OpenApiResponse(description="conflict with the current state (error body)"),
-        413: OpenApiResponse(description="body or properties too large (error body)"),
-    }
-    return {**ERRORS, **{c: extra[c] for c in codes}}
+    """The errors every operation may answer (``ERRORS``: 400, 401, 403, 503) plus ``codes``
+    (404, 409, 413), each with the contract's error body. An operation that reads a JSON body
+    lists 413: every body passes the parser's size limit (``LimitedJSONParser``)."""
+    return {**ERRORS, **{c: _EXTRA_ERRORS[c] for c in codes}}
 
 
 def _valid(serializer_class: type, data: Any) -> dict[str, Any]:
@@ -50,9 +60,30 @@ def _valid(serializer_class: type, data: Any) -> dict[str, Any]:
 
 
 class TransactionPagination(PageNumberPagination):
-    page_size = 100
+    """Pages of transactions: ``page`` and ``page_size`` validated first
+    (``PageQuerySerializer``: a malformed or out-of-range value is 400, where DRF would
+    silently use the default size); a page past the last is DRF's 404."""
+
+    page_size = s.TRANSACTION_PAGE_DEFAULT
     page_size_query_param = "page_size"
-    max_page_size = 1000
+    max_page_size = s.TRANSACTION_PAGE_MAX
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        """DRF's page of ``queryset``, after the query's page parameters passed
+        ``PageQuerySerializer``. Raises ValidationError (400), NotFound (404 past the end)."""
+        _valid(s.PageQuerySerializer, request.query_params)
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        """DRF's ``page`` and ``page_size`` parameters with their bounds."""
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {
+            "page": {"minimum": 1},
+            "page_size": {"minimum": 1, "maximum": self.max_page_size},
+        }
+        for parameter in parameters:
+            parameter["schema"].update(bounds.get(parameter["name"], {}))
+        return parameters
 
 
 # --- Topics and groups (admin) ------------------------------------------------------------------
@@ -85,7 +116,7 @@ class AdminListCreateView(APIView):
             ),
             post=extend_schema(
                 request=cls.in_serializer,
-                responses={201: cls.created_serializer or cls.out_serializer, **_errors(409)},
+                responses={201: cls.created_serializer or cls.out_serializer, **_errors(409, 413)},
                 summary=cls.create_summary,
             ),
         )(cls)
@@ -146,32 +177,15 @@ class ProducerGroupDetailView(APIView):
 
     @extend_schema(
         request=s.ProducerGroupPatchSerializer,
-        responses={200: s.ProducerGroupOutSerializer, **_errors(404)},
+        responses={200: s.ProducerGroupOutSerializer, **_errors(404, 413)},
         summary="Change a producer group's check_url",
+        description="The body is validated whole: `check_url` is required (null: the group's "
+        "producers poll for checks).",
     )
     def patch(self, request: Request, name: str) -> Response:
         data = _valid(s.ProducerGroupPatchSerializer, request.data)
         group = admin.producer_group_update(name=name, check_url=data["check_url"])
         return Response(s.ProducerGroupOutSerializer(group).data)
-
-
-class CheckRequestsView(APIView):
-    @extend_schema(
-        parameters=[s.CheckRequestsQuerySerializer],
-        responses={200: s.CheckRequestsOutSerializer, **_errors(404)},
-        summary="Long-poll the back-checks of a producer group without check_url",
-    )
-    def get(self, request: Request, name: str) -> Response:
-        require_producer(request, name)
-        query = _valid(s.CheckRequestsQuerySerializer, request.query_params)
-        selectors.producer_group_get(name)
-        found = poll_until(
-            lambda: checks.check_requests_poll(
-                producer_group=name, max_requests=query["max_requests"]
-            ),
-            wait_ms=query["wait_ms"],
-        )
-        return Response({"check_requests": found})
 
 
 class ConsumerGroupListCreateView(AdminListCreateView):
@@ -235,6 +249,8 @@ class MessageDetailView(APIView):
 
 
 class TransactionListCreateView(APIView):
+    pagination_class = TransactionPagination
+
     @extend_schema(
         request=s.TransactionPrepareInSerializer,
         responses={
@@ -257,8 +273,11 @@ class TransactionListCreateView(APIView):
 
     @extend_schema(
         parameters=[s.TransactionListQuerySerializer],
-        responses={200: s.TransactionOutSerializer(many=True), **ERRORS},
+        responses={200: s.TransactionOutSerializer(many=True), **_errors(404)},
         summary="List transactions (paginated)",
+        description="Pages of `page_size` (default 100, at most 1000) transactions, oldest "
+        "first: `count`, the `next` and `previous` pages' URLs (null at either end) and "
+        "`results`. A `page` past the last (or not a number) is 404 `not_found`.",
     )
     def get(self, request: Request) -> Response:
         require_any_producer(request)
@@ -269,7 +288,7 @@ class TransactionListCreateView(APIView):
             topic=query.get("topic"),
             producer_groups=request.user.producer_scope(),
         )
-        paginator = TransactionPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(s.TransactionOutSerializer(page, many=True).data)
 
@@ -312,7 +331,7 @@ class TransactionTimelineView(APIView):
 class TransactionEndView(APIView):
     @extend_schema(
         request=s.TransactionEndInSerializer,
-        responses={200: s.TransactionEndOutSerializer, **_errors(404, 409)},
+        responses={200: s.TransactionEndOutSerializer, **_errors(404, 409, 413)},
         summary="End a transaction: commit, rollback or unknown",
     )
     def post(self, request: Request, transaction_id: str) -> Response:
@@ -338,7 +357,7 @@ class TransactionResolveView(APIView):
 
     @extend_schema(
         request=s.TransactionResolveInSerializer,
-        responses={200: s.TransactionOutSerializer, **_errors(404, 409)},
+        responses={200: s.TransactionOutSerializer, **_errors(404, 409, 413)},
         summary="Commit or roll back a PREPARED or DISCARDED transaction by hand (admin key)",
         description=(
             "An operator resolves the transaction exactly once: commit delivers it to its "
@@ -367,7 +386,7 @@ class TransactionResumeCheckView(APIView):
 
     @extend_schema(
         request=s.TransactionResumeCheckInSerializer,
-        responses={200: s.TransactionOutSerializer, **_errors(404, 409)},
+        responses={200: s.TransactionOutSerializer, **_errors(404, 409, 413)},
         summary="Resume the back-checks of a DISCARDED transaction (admin key)",
         description=(
             "RocketMQ's resumeCheckHalfMessage: the half message is re-appended to its half "
@@ -391,32 +410,13 @@ class TransactionResumeCheckView(APIView):
 # --- Consumers ----------------------------------------------------------------------------------
 
 
-class ReceiveView(APIView):
-    @extend_schema(
-        request=s.ReceiveInSerializer,
-        responses={200: s.ReceiveOutSerializer, **_errors(404)},
-        summary="Receive messages (SimpleConsumer); long-polls up to wait_ms",
-    )
-    def post(self, request: Request, group: str) -> Response:
-        require_consumer(request, group)
-        data = _valid(s.ReceiveInSerializer, request.data)
-        received = poll_until(
-            lambda: consumers.messages_receive(
-                consumer_group=group,
-                topic=data["topic"],
-                max_messages=data["max_messages"],
-                invisible_duration_ms=data["invisible_duration_ms"],
-            ),
-            wait_ms=data["wait_ms"],
-        )
-        return Response({"messages": s.ReceivedMessageSerializer(received, many=True).data})
-
-
 class AckView(APIView):
     @extend_schema(
         request=s.AckInSerializer,
-        responses={200: s.AckOutSerializer, **ERRORS},
+        responses={200: s.AckOutSerializer, **_errors(404, 413)},
         summary="Ack received messages",
+        description="404 `consumer_group_not_found` for an unknown consumer group. A receipt "
+        "handle that is unknown, expired or already acked is listed in `failed` with its code.",
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)

@@ -11,4 +11,6 @@ no database.
 - ``op_body``: the body of an Op message (RIP-50: half queue offsets, comma-separated).
 - ``topics``: which topics are system topics (no producer sends to them) and which of those
   no consumer receives from; the bounds of a topic's queue_nums.
+- ``check_targets``: which back-check URLs and addresses may be reached (http or https, the
+  allowed networks, never link-local, multicast or the broker itself).
 """

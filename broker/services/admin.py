@@ -21,6 +21,7 @@ from broker.constants import NAME_PATTERN
 from broker.errors import ExistsKind, InvalidInput, NotFound, already_exists, not_found
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
+from broker.services.checks.targets import check_url_refusal
 
 TOKEN_PREFIX = "hm_"
 
@@ -121,6 +122,31 @@ def access_key_groups_validate(groups: list[str]) -> None:
         name_validate("group", group)
 
 
+def check_url_validate(check_url: str | None) -> None:
+    """Check a producer group's ``check_url`` before it is stored (None or "": the group
+    polls, nothing to check): http or https; no link-local, multicast or unspecified address;
+    not the broker itself; every address in ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS`` (a host
+    name not listed there by name is resolved now). The rule: ``broker.rules.check_targets``;
+    the resolution: ``broker.services.checks.targets.check_url_refusal``. The same rule runs
+    again on the resolved addresses each time a check is sent.
+
+    Raises:
+        InvalidInput: ``check_url_not_allowed`` (api-v1), ``details``: ``field``
+            ("check_url"), ``check_url``, ``rule`` (``scheme``, ``link_local``, ``multicast``,
+            ``unspecified``, ``broker_itself``, ``not_allowed``, ``unresolved``,
+            ``malformed``).
+    """
+    if not check_url:
+        return
+    refusal = check_url_refusal(check_url)
+    if refusal is not None:
+        raise InvalidInput(
+            f"check_url refused ({refusal.rule}): {refusal.message}",
+            code="check_url_not_allowed",
+            details={"field": "check_url", "check_url": check_url, "rule": refusal.rule},
+        )
+
+
 def _consume_queues_ensure(topic: str, queue_nums: int) -> None:
     """Create the missing ``ConsumeQueue`` rows 0..queue_nums-1 of ``topic``."""
     ConsumeQueue.objects.bulk_create(
@@ -180,12 +206,14 @@ def topic_update(*, name: str, queue_nums: int) -> Topic:
 def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
     """Create a producer group with a new random ``check_secret`` (32 bytes, hex).
 
-    ``check_url`` None means its producers poll for check requests.
+    ``check_url`` None means its producers poll for check requests; otherwise it must pass
+    ``check_url_validate``.
 
     Raises:
-        InvalidInput: bad name. Conflict: ``producer_group_exists``.
+        InvalidInput: bad name; ``check_url_not_allowed``. Conflict: ``producer_group_exists``.
     """
     group_name_validate("producer group", name)
+    check_url_validate(check_url)
     with _created_once("producer_group", name):
         return ProducerGroup.objects.create(
             name=name, check_url=check_url or None, check_secret=secrets.token_hex(32)
@@ -193,11 +221,13 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
 
 
 def producer_group_update(*, name: str, check_url: str | None) -> ProducerGroup:
-    """Change a producer group's ``check_url`` (None: its producers poll).
+    """Change a producer group's ``check_url`` (None: its producers poll; a URL must pass
+    ``check_url_validate``).
 
     Raises:
-        NotFound: ``producer_group_not_found``.
+        InvalidInput: ``check_url_not_allowed``. NotFound: ``producer_group_not_found``.
     """
+    check_url_validate(check_url)
     updated = ProducerGroup.objects.filter(name=name).update(
         check_url=check_url or None, unreachable_since=None, last_check_error=""
     )
@@ -264,8 +294,9 @@ def access_key_create(
 def access_key_update(
     *, name: str, is_admin: bool, producer_groups: list[str], consumer_groups: list[str]
 ) -> AccessKey:
-    """Change an access key's rights; its token stays the same. Other processes see the change
-    once their cached key expires (``HALFMOON_LOOKUP_CACHE_MS``), this one at once.
+    """Change an access key's rights; its token stays the same. This process sees the change at
+    once, every other within 1 s of the commit (``broker.lookups``: the access keys' generation
+    in Redis; within ``HALFMOON_LOOKUP_CACHE_MS`` while Redis is away).
 
     Raises:
         InvalidInput: a bad group name. NotFound: ``access_key_not_found``.

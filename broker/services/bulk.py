@@ -99,7 +99,9 @@ def bulk_preview_selection(
     ids = list(dict.fromkeys(t for t in transaction_ids if t))
     if len(ids) > BULK_MAX_TARGETS:
         raise _too_many(len(ids))
-    candidates = Transaction.objects.filter(pk__in=ids).order_by("born_timestamp", "pk")
+    candidates = Transaction.objects.filter(pk__in=ids).order_by(
+        "born_timestamp", "half_commit_log_offset"
+    )
     scope: dict[str, Any] = {"kind": "selection", "selected": len(ids)}
 
     def skipped(frozen: set[str]) -> None:

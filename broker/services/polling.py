@@ -1,4 +1,10 @@
-"""Long polling for receive and check-requests, without holding a database connection."""
+"""Long polling for receive and check-requests, without holding a database connection and,
+under ASGI, without holding a thread (``broker.services.wakeups``).
+
+A long poll reads the database, and while it finds nothing waits for a wake-up on its channel
+(published after a commit made something visible), re-reading at the latest every
+``FALLBACK_RECHECK_S`` (redeliveries, Redis away), never past ``wait_ms``.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +12,63 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import connection
+
+from broker.services.wakeups import FALLBACK_RECHECK_S, SyncListener, wakeup_hub
 
 T = TypeVar("T")
 
-POLL_SLEEP_S = 0.1  # between empty tries: ~10 index reads a second per waiting caller
+
+def _release_connection() -> None:
+    # Between tries the connection goes back to the pool (or is closed): a waiting caller
+    # holds none.
+    if not connection.in_atomic_block:
+        connection.close()
 
 
-def poll_until(fetch: Callable[[], list[T]], *, wait_ms: int) -> list[T]:
-    """Call ``fetch`` until it returns something or ``wait_ms`` ms have passed.
-
-    Between tries the database connection goes back to the pool (or is closed), so a caller
-    waiting for messages holds no connection. Returns the last result (possibly empty).
+def poll_until(fetch: Callable[[], list[T]], *, wait_ms: int, channel: str) -> list[T]:
+    """Blocking long poll (WSGI): call ``fetch`` until it returns something or ``wait_ms`` ms
+    have passed, waiting between tries for a wake-up on ``channel`` (``wakeups``), at most
+    ``FALLBACK_RECHECK_S``. Returns the last result (possibly empty); ``fetch``'s errors
+    propagate. Holds the calling thread, and a Redis connection while it waits.
     """
+    if wait_ms <= 0:
+        return fetch()
     deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        result = fetch()
-        remaining = deadline - time.monotonic()
-        if result or remaining <= 0:
-            return result
-        if not connection.in_atomic_block:
-            connection.close()
-        time.sleep(min(POLL_SLEEP_S, remaining))
+    with SyncListener(channel) as listener:  # subscribed before the first read: nothing missed
+        while True:
+            result = fetch()
+            remaining = deadline - time.monotonic()
+            if result or remaining <= 0:
+                return result
+            _release_connection()
+            listener.wait(min(FALLBACK_RECHECK_S, remaining))
+
+
+def _fetch_released(fetch: Callable[[], list[T]]) -> list[T]:
+    try:
+        return fetch()
+    finally:
+        _release_connection()
+
+
+async def poll_until_async(fetch: Callable[[], list[T]], *, wait_ms: int, channel: str) -> list[T]:
+    """Async long poll (ASGI): as ``poll_until``, but each ``fetch`` runs in a worker thread of
+    the event loop's shared pool (``sync_to_async(thread_sensitive=False)``, its database
+    connection released after each try) and the wait between tries is an ``await`` on the
+    process's ``WakeupHub``: a waiting caller holds no thread, no database connection and no
+    Redis connection of its own. Returns the last result (possibly empty); ``fetch``'s errors
+    propagate.
+    """
+    try_once = sync_to_async(_fetch_released, thread_sensitive=False)
+    if wait_ms <= 0:
+        return await try_once(fetch)
+    deadline = time.monotonic() + wait_ms / 1000
+    with wakeup_hub().listen(channel) as listener:  # before the first read: nothing missed
+        while True:
+            result = await try_once(fetch)
+            remaining = deadline - time.monotonic()
+            if result or remaining <= 0:
+                return result
+            await listener.wait(min(FALLBACK_RECHECK_S, remaining))

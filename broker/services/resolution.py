@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
@@ -36,7 +36,7 @@ from broker.rules.states import (
     state_of_action,
 )
 from broker.services.ops import op_buffer_note
-from broker.services.storage import message_copy
+from broker.services.storage import message_copy, message_copy_cte, message_visible_on_commit
 
 logger = logging.getLogger("halfmoon.transactions")
 
@@ -67,6 +67,11 @@ def transaction_resolve_locked(
     """
     now = now_ms()
     state = state_of_action(action)
+    if connection.vendor == "postgresql":
+        _resolve_postgresql(tx, action=action, resolved_by=resolved_by, reason=reason, now=now)
+        op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
+        transaction_announce(tx, "resolved")
+        return
     if state == TransactionState.COMMITTED:
         half = Message.objects.get(pk=tx.half_commit_log_offset)
         props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPERTIES}
@@ -91,6 +96,84 @@ def transaction_resolve_locked(
     op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
     _transaction_close(tx, state=state, resolved_by=resolved_by, now=now, also=["queue_offset"])
     transaction_announce(tx, "resolved")
+
+
+def _resolve_postgresql(
+    tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str, now: int
+) -> None:
+    """PostgreSQL: the writes of ``transaction_resolve_locked`` in one statement (one round
+    trip, no half message read back): for a commit the copy of the half message to its real
+    queue (``message_copy_cte``, as ``message_copy`` without the half-only properties), then the
+    ``Resolution`` row and the transaction's new state (as ``_transaction_close``). Sets the
+    saved fields on ``tx``.
+
+    Raises:
+        LookupError: the half message or the real queue is missing; the caller's database
+            transaction must roll back (a queue counter may have moved).
+        IntegrityError: a second resolution (``Resolution`` or delivery constraints).
+    """
+    state = state_of_action(action)
+    commit = state == TransactionState.COMMITTED
+    ctes: list[str] = []
+    params: list[Any] = []
+    if commit:
+        cte, cte_params = message_copy_cte(
+            source_commit_log_offset=tx.half_commit_log_offset,
+            topic=tx.topic,
+            queue_id=tx.queue_id,
+            drop_properties=_HALF_ONLY_PROPERTIES,
+            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+            prepared_transaction_offset=tx.half_commit_log_offset,
+            name="delivered",
+        )
+        ctes.append(cte)
+        params += cte_params
+    resolution = Resolution(
+        transaction=tx,
+        half_queue_id=tx.half_queue_id,
+        half_queue_offset=tx.half_queue_offset,
+        action=resolution_of_action(action),
+        resolved_by=resolved_by,
+        reason=reason,
+        resolved_timestamp=now,
+    )
+    fields = [f for f in Resolution._meta.concrete_fields if not f.primary_key]
+    params += [f.get_db_prep_save(getattr(resolution, f.attname), connection) for f in fields]
+    ctes.append(
+        f"resolution AS (INSERT INTO {Resolution._meta.db_table} "
+        f"({', '.join(connection.ops.quote_name(f.column) for f in fields)}) "
+        f"SELECT {', '.join(['%s'] * len(fields))}{' FROM delivered' if commit else ''} "
+        "RETURNING 1)"
+    )
+    if commit:
+        queue_offset, sources = "delivered.queue_offset", "resolution, delivered"
+    else:
+        queue_offset, sources = "%s", "resolution"
+    sql = (
+        f"WITH {', '.join(ctes)} UPDATE {Transaction._meta.db_table} SET state = %s, "
+        "resolved_by = %s, resolved_timestamp = %s, next_check_timestamp = NULL, "
+        f"queue_offset = {queue_offset} FROM {sources} WHERE transaction_id = %s "
+        f"RETURNING {Transaction._meta.db_table}.queue_offset"
+    )
+    params += [state, resolved_by, now]
+    if not commit:
+        params.append(tx.queue_offset)
+    params.append(tx.transaction_id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise LookupError(
+            f"transaction {tx.transaction_id}: no half message at commit log offset "
+            f"{tx.half_commit_log_offset} or no queue {tx.topic}#{tx.queue_id}"
+        )
+    if commit:
+        message_visible_on_commit(tx.topic)
+    tx.queue_offset = row[0]
+    tx.state = state
+    tx.resolved_by = resolved_by
+    tx.resolved_timestamp = now
+    tx.next_check_timestamp = None
 
 
 def transaction_discard(tx: Transaction, *, reason: str) -> None:

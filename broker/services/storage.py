@@ -8,6 +8,8 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from broker.models import ConsumeQueue, Message, Topic, now_ms
+from broker.rules.topics import is_undeliverable_topic
+from broker.services.wakeups import topic_channel, wakeup_on_commit
 
 _NEXT_OFFSET_SQL = (
     "UPDATE broker_consumequeue SET max_offset = max_offset + 1 "
@@ -63,6 +65,41 @@ def queue_offset_next(topic: str, queue_id: int) -> int:
     return int(row[0])
 
 
+def message_new(
+    *,
+    topic: str,
+    queue_id: int,
+    msg_id: str,
+    body: bytes,
+    body_is_text: bool = True,
+    tags: str = "",
+    keys: str = "",
+    properties: dict[str, Any] | None = None,
+    sys_flag: int = 0,
+    producer_group: str = "",
+    born_timestamp: int | None = None,
+    prepared_transaction_offset: int | None = None,
+) -> Message:
+    """The unsaved message ``message_put`` stores (arguments as there): store time now (ms),
+    ``born_timestamp`` the store time unless given; no offsets yet."""
+    stored = now_ms()
+    return Message(
+        topic=topic,
+        queue_id=queue_id,
+        msg_id=msg_id,
+        tags=tags,
+        keys=keys,
+        body=body,
+        body_is_text=body_is_text,
+        properties=properties or {},
+        sys_flag=sys_flag,
+        producer_group=producer_group,
+        born_timestamp=born_timestamp if born_timestamp is not None else stored,
+        store_timestamp=stored,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )
+
+
 def message_put(
     *,
     topic: str,
@@ -89,20 +126,18 @@ def message_put(
         LookupError: the queue does not exist (and ``system_queue_nums`` is None).
         IntegrityError: ``prepared_transaction_offset`` was already delivered.
     """
-    stored = now_ms()
-    message = Message(
+    message = message_new(
         topic=topic,
         queue_id=queue_id,
         msg_id=msg_id,
-        tags=tags,
-        keys=keys,
         body=body,
         body_is_text=body_is_text,
-        properties=properties or {},
+        tags=tags,
+        keys=keys,
+        properties=properties,
         sys_flag=sys_flag,
         producer_group=producer_group,
-        born_timestamp=born_timestamp if born_timestamp is not None else stored,
-        store_timestamp=stored,
+        born_timestamp=born_timestamp,
         prepared_transaction_offset=prepared_transaction_offset,
     )
     try:
@@ -112,7 +147,17 @@ def message_put(
             raise
         system_topic_ensure(topic, max(system_queue_nums, queue_id + 1))
         _append(message)
+    message_visible_on_commit(topic)
     return message
+
+
+def message_visible_on_commit(topic: str) -> None:
+    """Wake the long polls waiting on ``topic`` once the current database transaction commits
+    (``broker.services.wakeups``, one publish per transaction): a message appended to a topic
+    consumers receive from becomes visible at that commit. Half, Op and discarded messages
+    (``is_undeliverable_topic``) wake nobody. Every append to the commit log calls this."""
+    if not is_undeliverable_topic(topic):
+        wakeup_on_commit(topic_channel(topic))
 
 
 def message_copy(
@@ -194,6 +239,91 @@ _APPEND_SQL_POSTGRESQL = (
 _INSERT_SQL = (
     f"INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
     f"VALUES ({', '.join(['%s'] * (len(_COLUMNS) + 1))}) RETURNING commit_log_offset"
+)
+
+
+def message_append_cte(message: Message, *, name: str) -> tuple[str, list[Any]]:
+    """PostgreSQL: two CTEs that append ``message`` inside a larger statement, so the caller
+    writes rows that depend on the stored message in the same round trip (a half message and
+    its transaction, ``transaction_prepare``).
+
+    ``{name}_slot`` reserves the next offset of the message's queue (as ``queue_offset_next``)
+    and ``{name}`` inserts the message there, returning ``commit_log_offset, queue_offset``; no
+    queue row: no row (the caller treats that as ``LookupError``, nothing was written).
+
+    Returns:
+        (SQL of the two CTEs, without ``WITH``; their parameters).
+    """
+    values = [
+        Message._meta.get_field(column).get_db_prep_save(getattr(message, column), connection)
+        for column in _COLUMNS
+    ]
+    sql = (
+        f"{name}_slot AS ({_NEXT_OFFSET_SQL} AS queue_offset), "
+        f"{name} AS (INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
+        f"SELECT {', '.join(['%s'] * len(_COLUMNS))}, queue_offset FROM {name}_slot "
+        "RETURNING commit_log_offset, queue_offset)"
+    )
+    return sql, [message.topic, message.queue_id, *values]
+
+
+def message_copy_cte(
+    *,
+    source_commit_log_offset: int,
+    topic: str,
+    queue_id: int,
+    drop_properties: tuple[str, ...],
+    sys_flag: int,
+    prepared_transaction_offset: int | None,
+    name: str,
+) -> tuple[str, list[Any]]:
+    """PostgreSQL: ``message_copy`` as two CTEs of a larger statement, copying the stored
+    message at ``source_commit_log_offset`` inside the database (its body never travels).
+
+    The copy keeps what ``message_copy`` keeps (msg_id, body, tags, keys, producer group,
+    ``born_timestamp``), gets the source's properties without ``drop_properties``, the given
+    ``sys_flag`` and ``prepared_transaction_offset``, the store time now (ms) and the next
+    offset of ``(topic, queue_id)``. ``{name}`` returns ``commit_log_offset, queue_offset``;
+    no queue row: no row, nothing written; no source row: no row, but the queue's counter
+    moved, so the caller must then roll its database transaction back (raise). A second
+    delivery of the same ``prepared_transaction_offset`` fails the statement with
+    IntegrityError.
+
+    Returns:
+        (SQL of the two CTEs ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
+    """
+    copied = ", ".join(f"m.{c}" for c in _COPIED_COLUMNS)
+    sql = (
+        f"{name}_slot AS ({_NEXT_OFFSET_SQL} AS queue_offset), "
+        f"{name} AS (INSERT INTO broker_message (topic, queue_id, queue_offset, properties, "
+        f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(_COPIED_COLUMNS)}) "
+        f"SELECT %s, %s, s.queue_offset, m.properties - %s::text[], %s, %s, %s, {copied} "
+        f"FROM broker_message m, {name}_slot s WHERE m.commit_log_offset = %s "
+        "RETURNING commit_log_offset, queue_offset)"
+    )
+    params = [
+        topic,
+        queue_id,
+        topic,
+        queue_id,
+        list(drop_properties),
+        sys_flag,
+        now_ms(),
+        prepared_transaction_offset,
+        source_commit_log_offset,
+    ]
+    return sql, params
+
+
+# What ``message_copy`` takes from the source message unchanged.
+_COPIED_COLUMNS = (
+    "msg_id",
+    "tags",
+    "keys",
+    "body",
+    "body_is_text",
+    "producer_group",
+    "born_timestamp",
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from broker.conf import conf
 from broker.constants import (
@@ -26,7 +26,7 @@ from broker.constants import (
 )
 from broker.errors import Conflict, Forbidden, InvalidInput, TransactionAlreadyResolved
 from broker.lookups import producer_group_require
-from broker.models import Transaction, TransactionEvent, now_ms
+from broker.models import Message, Transaction, TransactionEvent, now_ms
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     check_immunity_ms,
@@ -50,7 +50,7 @@ from broker.services.resolution import (
     transaction_event_record,
     transaction_resolve_locked,
 )
-from broker.services.storage import message_put, new_msg_id
+from broker.services.storage import message_append_cte, message_new, message_put, new_msg_id
 from broker.services.validation import action_validate, message_validate
 
 __all__ = [
@@ -129,44 +129,115 @@ def transaction_prepare(
     if check_immunity_seconds is not None:
         props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(check_immunity_seconds)
     half_queue_id = half_queue_select(transaction_id)
+    half = message_new(
+        topic=HALF_TOPIC,
+        queue_id=half_queue_id,
+        msg_id=transaction_id,
+        body=body,
+        body_is_text=body_is_text,
+        tags=tags,
+        keys=keys,
+        properties=props,
+        sys_flag=SYS_FLAG_TRANSACTION_PREPARED_TYPE,
+        producer_group=producer_group,
+    )
+    tx = Transaction(
+        transaction_id=transaction_id,
+        producer_group=producer_group,
+        topic=topic,
+        queue_id=real_queue_id,
+        tags=tags,
+        keys=keys,
+        half_queue_id=half_queue_id,
+        check_immunity_ms=immunity_ms,
+        born_timestamp=half.born_timestamp,
+        next_check_timestamp=half.born_timestamp + immunity_ms,
+    )
     try:
-        with transaction.atomic():
-            half = message_put(
-                system_queue_nums=conf.half_queue_nums,
-                topic=HALF_TOPIC,
-                queue_id=half_queue_id,
-                msg_id=transaction_id,
-                body=body,
-                body_is_text=body_is_text,
-                tags=tags,
-                keys=keys,
-                properties=props,
-                sys_flag=SYS_FLAG_TRANSACTION_PREPARED_TYPE,
-                producer_group=producer_group,
-            )
-            tx = Transaction.objects.create(
-                transaction_id=transaction_id,
-                producer_group=producer_group,
-                topic=topic,
-                queue_id=real_queue_id,
-                tags=tags,
-                keys=keys,
-                half_queue_id=half_queue_id,
-                half_queue_offset=half.queue_offset,
-                half_commit_log_offset=half.commit_log_offset,
-                check_immunity_ms=immunity_ms,
-                born_timestamp=half.born_timestamp,
-                next_check_timestamp=half.born_timestamp + immunity_ms,
-            )
-            transaction_announce(tx, "prepared")
+        if connection.in_atomic_block:  # a caller's transaction: a failed insert must not end it
+            with transaction.atomic():
+                _prepare_store(half, tx)
+        else:
+            _prepare_store(half, tx)
     except IntegrityError:
         # The msg_id is stored already (a retry, or a concurrent send that won): the half
-        # message written above rolled back with the failed insert; answer the stored one.
+        # message written with the failed insert rolled back with it; answer the stored one.
         existing = Transaction.objects.filter(pk=transaction_id).first()
         if existing is None:
             raise
         return _prepare_repeat(existing, producer_group), False
     return tx, True
+
+
+def _prepare_store(half: Message, tx: Transaction) -> None:
+    """Store the half message and its transaction row together, and announce ``prepared``.
+
+    On PostgreSQL one statement does both (``_prepare_store_postgresql``); elsewhere, or when
+    the half queue does not exist yet (``message_put`` creates it), one database transaction.
+
+    Raises:
+        IntegrityError: the msg_id (or the half queue offset) is stored already.
+    """
+    if not (connection.vendor == "postgresql" and _prepare_store_postgresql(half, tx)):
+        with transaction.atomic():
+            stored = message_put(
+                system_queue_nums=conf.half_queue_nums,
+                topic=half.topic,
+                queue_id=half.queue_id,
+                msg_id=half.msg_id,
+                body=half.body,
+                body_is_text=half.body_is_text,
+                tags=half.tags,
+                keys=half.keys,
+                properties=half.properties,
+                sys_flag=half.sys_flag,
+                producer_group=half.producer_group,
+                born_timestamp=half.born_timestamp,
+            )
+            tx.half_queue_offset = stored.queue_offset
+            tx.half_commit_log_offset = stored.commit_log_offset
+            tx.save(force_insert=True)
+    transaction_announce(tx, "prepared")
+
+
+def _prepare_store_postgresql(half: Message, tx: Transaction) -> bool:
+    """Insert ``half`` (``message_append_cte``) and ``tx`` with the half message's offsets in
+    one statement: atomic by itself, so no BEGIN/COMMIT round trips when the caller has no
+    database transaction. Returns False, with nothing written, if the half queue does not
+    exist yet.
+
+    Raises:
+        IntegrityError: the msg_id (or the half queue offset) is stored already; nothing stored.
+    """
+    cte, params = message_append_cte(half, name="half")
+    columns, values = [], []
+    for field in Transaction._meta.concrete_fields:
+        columns.append(connection.ops.quote_name(field.column))
+        if field.attname in _HALF_OFFSET_COLUMNS:
+            values.append(f"half.{_HALF_OFFSET_COLUMNS[field.attname]}")
+        else:
+            values.append("%s")
+            params.append(field.get_db_prep_save(getattr(tx, field.attname), connection))
+    sql = (
+        f"WITH {cte} INSERT INTO {Transaction._meta.db_table} ({', '.join(columns)}) "
+        f"SELECT {', '.join(values)} FROM half RETURNING half_queue_offset, half_commit_log_offset"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    tx.half_queue_offset, tx.half_commit_log_offset = row
+    tx._state.adding = False
+    tx._state.db = connection.alias
+    return True
+
+
+# The transaction row's columns that come from the half message stored in the same statement.
+_HALF_OFFSET_COLUMNS = {
+    "half_queue_offset": "queue_offset",
+    "half_commit_log_offset": "commit_log_offset",
+}
 
 
 def _prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:

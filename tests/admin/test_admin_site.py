@@ -155,11 +155,11 @@ def test_changing_a_check_url_in_the_admin_keeps_the_secret(admin_client):
     group = producer_group_create(name="G", check_url=None)
     ProducerGroup.objects.filter(pk=group.pk).update(unreachable_since=1, last_check_error="x")
 
-    response = change(admin_client, "producergroup", group.pk, check_url="http://p.example/check")
+    response = change(admin_client, "producergroup", group.pk, check_url="http://192.168.0.7/check")
 
     assert response.status_code == 302, form_errors(response)
     changed = ProducerGroup.objects.get(pk=group.pk)
-    assert changed.check_url == "http://p.example/check"
+    assert changed.check_url == "http://192.168.0.7/check"
     assert changed.check_secret == group.check_secret
     assert changed.unreachable_since is None and changed.last_check_error == ""
 

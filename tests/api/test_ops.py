@@ -116,8 +116,9 @@ def test_the_schema_is_an_openapi_3_document(anonymous, db):
 def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
-    # api-v1's 17 (the reconciliation runs included) and the timeline (docs/api-additions.md)
-    assert len(api_v1_paths()) == 18
+    # api-v1's 20 (the reconciliation runs and the three batches included) and the timeline
+    # (docs/api-additions.md)
+    assert len(api_v1_paths()) == 21
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}

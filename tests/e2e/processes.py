@@ -6,9 +6,11 @@ a Redis database of the test's own.
   ``REDIS_URL``, ``HALFMOON_VAR_DIR``, extra broker settings).
 - ``manage``: run ``manage.py`` with that environment and return its output.
 - ``Stack``: start processes, wait for them, report their logs, stop them (whole groups);
-  ``Stack.start_broker`` starts the Procfile's three and waits until web and worker are up.
+  ``Stack.start_broker`` starts the quick start's web, worker and beat and waits until web and worker are up.
 - ``pg_database``: a fresh PostgreSQL database, dropped afterwards.
 - ``free_port``: a port of 18000-18049 nothing listens on.
+- ``program_of`` / ``main_processes``: the quick start's programs (web, worker, beat,
+  pipeline) found in a process tree by their command lines.
 - ``chromium_launch``: Debian's Chromium (``/usr/bin/chromium``) driven by Playwright, which
   never downloads a browser of its own; ``console_sign_in``: the console's sign-in form.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import psutil
 import psycopg
 
 if TYPE_CHECKING:
@@ -145,7 +148,7 @@ class Stack:
             )
 
     def start_broker(self, port: int, *, web_workers: int = 2) -> str:
-        """Start the Procfile's processes: ``web`` (uvicorn serving ``halfmoon.asgi`` on
+        """Start the quick start's processes (deploy/supervisord.conf) directly: ``web`` (uvicorn serving ``halfmoon.asgi`` on
         ``port`` with ``web_workers`` workers), ``worker`` (Celery, prefork, 2 processes) and
         ``beat``; wait until ``/healthz`` answers and the worker is ready. Returns the base URL."""
         url = f"http://127.0.0.1:{port}"
@@ -211,6 +214,35 @@ class Stack:
                 os.killpg(proc.pid, signal.SIGKILL)  # stragglers, e.g. prefork children
             with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
+
+
+def program_of(cmdline: list[str]) -> str | None:
+    """Which of the quick start's programs ``cmdline`` runs (``web``, ``worker``, ``beat``,
+    ``pipeline``), or None. Only the program itself counts (``python .venv/bin/celery ...`` or
+    ``.venv/bin/celery ...``), not a shell that starts it."""
+    head = [Path(arg).name for arg in cmdline[:2]]
+    if "uvicorn" in head:
+        return "web"
+    if "celery" not in head:
+        return None
+    if "beat" in cmdline:
+        return "beat"
+    if "worker" in cmdline:
+        return "pipeline" if "pipeline" in cmdline else "worker"
+    return None
+
+
+def main_processes(root: psutil.Process) -> dict[str, psutil.Process]:
+    """Each program's main process among ``root``'s descendants: the one whose parent does not
+    run the same program (a Celery pool child's or a uvicorn worker's parent does)."""
+    found: dict[str, psutil.Process] = {}
+    for proc in root.children(recursive=True):
+        with suppress(psutil.Error):
+            name = program_of(proc.cmdline())
+            parent = proc.parent()
+            if name and (parent is None or program_of(parent.cmdline()) != name):
+                found[name] = proc
+    return found
 
 
 def healthy(url: str) -> bool:

@@ -206,7 +206,11 @@ def _plant(traffic) -> dict[str, str]:
 
     # undelivered_to_group: C2 consumed past this message but its deliveries are gone.
     candidates = [_delivered(t) for t in committed[5:]]
-    last = {q: max(m.queue_offset for m in candidates if m.queue_id == q) for q in (0, 1)}
+    # The producer spreads messages over the topic's queues at random: judge each queue that
+    # holds a candidate (seven candidates, so one queue holds at least two).
+    last: dict[int, int] = {}
+    for m in candidates:
+        last[m.queue_id] = max(last.get(m.queue_id, -1), m.queue_offset)
     victim = next(m for m in candidates if m.queue_offset < last[m.queue_id])
     DeliveryEvent.objects.filter(
         consumer_group="C2", commit_log_offset=victim.commit_log_offset

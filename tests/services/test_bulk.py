@@ -137,8 +137,13 @@ def test_a_bulk_resume_check_freezes_only_discarded_transactions(
 def test_a_bulk_interrupted_by_a_dying_worker_resumes_without_redoing_a_target(
     topic, producer_group, django_capture_on_commit_callbacks, published, monkeypatch
 ):
-    txs = [prepare() for _ in range(5)]
+    prepared = {t.pk: t for t in (prepare() for _ in range(5))}
     entry = applied(preview("commit"), django_capture_on_commit_callbacks)
+    # The targets in the order the bulk takes them (the stuck list's: born time, then id; five
+    # transactions prepared in one millisecond are ordered by their random ids).
+    txs = [
+        prepared[i] for i in entry.targets.order_by("id").values_list("transaction_id", flat=True)
+    ]
     real = bulk_service.OPERATOR_ACTIONS["commit"]
     calls: list[str] = []
 

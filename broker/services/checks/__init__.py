@@ -19,6 +19,9 @@ One module per job, named for what RocketMQ calls it:
   ``CID_RMQ_SYS_TRANS``).
 - ``polling``: ``check_requests_poll``, the hand-out to producers that poll.
 - ``payload``: ``check_payload``, ``CheckJob``, ``CheckOutcome``.
+- ``targets``: the check-target rule's settings and DNS side: ``check_url_refusal`` when a
+  ``check_url`` is set, ``PinnedTransport`` (resolve, judge every address, connect to the judged
+  one) when a check is sent.
 
 The due checks are found through the PREPARED rows' index, so a round's cost follows the
 pending transactions, never the history. The rules themselves (discard, backoff, next check,

@@ -26,6 +26,7 @@ from broker.rules.checks import discard_reason, next_check_after_check
 from broker.services.checks.payload import CheckJob, check_payload
 from broker.services.checks.rate_limit import check_rate_limit
 from broker.services.transactions import transaction_discard
+from broker.services.wakeups import check_requests_channel, wakeup_on_commit
 
 logger = logging.getLogger("halfmoon.checks")
 
@@ -48,6 +49,9 @@ def check_claim(
     ``now`` (ms) defaults to the clock read once the transaction is open; ``due_by`` (ms) limits
     the claim to transactions due by then (a scan passes its start time, so it handles what was
     due when it began and then ends).
+
+    Due transactions are taken oldest first: by next check time, ties in the order their half
+    messages were stored (commit log offset).
 
     Returns (the HTTP checks to send, how many due transactions were handled).
     """
@@ -72,11 +76,11 @@ def check_claim(
                 rank=Window(
                     RowNumber(),
                     partition_by=[F("producer_group")],
-                    order_by=F("next_check_timestamp").asc(),
+                    order_by=[F("next_check_timestamp").asc(), F("half_commit_log_offset").asc()],
                 )
             )
             .filter(rank__lte=per_group)
-            .order_by("next_check_timestamp")
+            .order_by("next_check_timestamp", "half_commit_log_offset")
             .values_list("pk", flat=True)[: conf.check_batch_size]
         )
         due = list(
@@ -87,7 +91,7 @@ def check_claim(
                 half_queue_id=half_queue_id,
                 next_check_timestamp__lte=cutoff,
             )
-            .order_by("next_check_timestamp")
+            .order_by("next_check_timestamp", "half_commit_log_offset")
         )
         if not due:
             return jobs, 0
@@ -125,6 +129,7 @@ def check_claim(
                 CheckRequest.objects.create(
                     transaction=tx, producer_group=group.name, created_timestamp=now
                 )
+                wakeup_on_commit(check_requests_channel(group.name))  # its pollers
         Transaction.objects.bulk_update(leased, ["next_check_timestamp"])
         if unreachable:
             ProducerGroup.objects.filter(

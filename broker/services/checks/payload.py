@@ -61,7 +61,8 @@ class CheckOutcome:
     """What came of one CheckJob.
 
     ``delivered`` is False only when the request never reached the producer (connection
-    refused, connect timeout): such a check is not counted. ``action`` is commit, rollback or
+    refused, connect timeout, a target refused by ``broker.rules.check_targets``, whose rule
+    is ``refused``): such a check is not counted. ``action`` is commit, rollback or
     unknown (UNKNOW, a timeout after sending, any other answer), or None for 202 Accepted
     (the producer will call end with from_transaction_check=true).
     """
@@ -74,6 +75,7 @@ class CheckOutcome:
     answer: str = ""  # a CheckAnswer: COMMIT_MESSAGE, ..., ACCEPTED, TIMEOUT or INVALID
     timed_out: bool = False
     latency_ms: int | None = None  # request to answer (ms), for an answered check
+    refused: str = ""  # the check-target rule that stopped it (broker.rules.check_targets)
 
     @property
     def label(self) -> str:

@@ -13,6 +13,7 @@ from halfmoon_client.signing import SIGNATURE_HEADER
 from broker.conf import conf
 from broker.rules.states import CheckAnswer, EndAction, action_of_answer, answer_label
 from broker.services.checks.payload import CheckJob, CheckOutcome
+from broker.services.checks.targets import CheckTargetRefused, pinned_transport
 
 logger = logging.getLogger("halfmoon.checks")
 
@@ -73,6 +74,15 @@ async def _check_send(
                 content=job.body,
                 headers={"Content-Type": "application/json", SIGNATURE_HEADER: job.signature},
             )
+        except CheckTargetRefused as exc:  # judged before connecting: never sent
+            logger.warning("check of %s to %s refused: %s", job.transaction_id, job.check_url, exc)
+            return CheckOutcome(
+                job,
+                delivered=False,
+                action=None,
+                error=f"{type(exc).__name__}: {exc}",
+                refused=exc.refusal.rule,
+            )
         except NOT_SENT_ERRORS as exc:
             return CheckOutcome(
                 job, delivered=False, action=None, error=f"{type(exc).__name__}: {exc}"
@@ -95,8 +105,12 @@ async def _check_send(
 async def _checks_send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
     limit = asyncio.Semaphore(conf.check_concurrency)
     # trust_env=False: checks go straight to the producer, never through an HTTP(S)_PROXY.
+    # The pinned transport judges each target after resolving it (broker.rules.check_targets).
     async with httpx.AsyncClient(
-        timeout=conf.check_request_timeout_ms / 1000, follow_redirects=False, trust_env=False
+        timeout=conf.check_request_timeout_ms / 1000,
+        follow_redirects=False,
+        trust_env=False,
+        transport=pinned_transport(),
     ) as client:
         return list(await asyncio.gather(*(_check_send(client, job, limit) for job in jobs)))
 
@@ -104,7 +118,8 @@ async def _checks_send_all(jobs: list[CheckJob]) -> list[CheckOutcome]:
 def checks_send(jobs: list[CheckJob]) -> list[CheckOutcome]:
     """POST every job in parallel (at most ``HALFMOON_CHECK_CONCURRENCY`` at once), each with
     ``HALFMOON_CHECK_REQUEST_TIMEOUT_MS`` to connect and to read. Returns one outcome per job,
-    in order: undelivered (refused, connect timeout), TIMEOUT (sent, no answer in time),
+    in order: undelivered (refused, connect timeout, or a target the check-target rule refuses
+    once resolved: ``broker.services.checks.targets``), TIMEOUT (sent, no answer in time),
     INVALID (sent, connection broken or an answer that is no state), or the parsed answer.
 
     Never call inside a database transaction (healthchecks' rule: slow I/O after commit).

@@ -98,11 +98,11 @@ def seed(db, topic) -> dict[str, Any]:
     ProducerGroup.objects.filter(name="G").update(
         unreachable_since=NOW - 120_000, last_check_error="connection refused", check_failures=3
     )
-    producer_group_create(name="K", check_url="http://k.invalid/check")
+    producer_group_create(name="K", check_url="http://127.0.0.1:9/k")
     ProducerGroup.objects.filter(name="K").update(
         check_backoff_until=NOW + 10_000, check_failures=2
     )
-    producer_group_create(name="L", check_url="http://l.invalid/check")
+    producer_group_create(name="L", check_url="http://127.0.0.1:9/l")
     ProducerGroup.objects.filter(name="L").update(check_backoff_until=NOW - 10_000)
     return txs
 

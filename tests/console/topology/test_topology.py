@@ -38,7 +38,7 @@ def admin(console_client):
 def topology(db):
     """A topic T (2 queues), producer group P and consumer group C."""
     topic_create(name="T", queue_nums=2)
-    producer_group_create(name="P", check_url="http://p.invalid/check")
+    producer_group_create(name="P", check_url="http://127.0.0.1:9/check")
     consumer_group_create(name="C")
 
 
@@ -80,7 +80,7 @@ def test_only_an_admin_creates_or_edits(console_client, topology, route, args, d
     assert client.post(url, data).status_code == 403
     assert not Topic.objects.filter(name="New").exists()
     assert Topic.objects.get(name="T").queue_nums == 2
-    assert ProducerGroup.objects.get(name="P").check_url == "http://p.invalid/check"
+    assert ProducerGroup.objects.get(name="P").check_url == "http://127.0.0.1:9/check"
     assert ConsumerGroup.objects.get(name="C").max_delivery_attempts == 16
 
 
@@ -173,11 +173,11 @@ def test_system_topics_on_request(viewer, topology):
 def test_producer_group_create_shows_the_secret_once(admin, topology):
     answer = admin.post(
         reverse("console:producer_group_create"),
-        {"name": "Shop", "check_url": "https://shop.example/check"},
+        {"name": "Shop", "check_url": "https://10.0.0.7/check"},
     )
     assert answer.status_code == 200
     group = ProducerGroup.objects.get(name="Shop")
-    assert group.check_url == "https://shop.example/check"
+    assert group.check_url == "https://10.0.0.7/check"
     assert len(group.check_secret) == 64
     assert group.check_secret in answer.content.decode()
     assert group.check_secret not in admin.get(reverse("console:producer_groups")).content.decode()
@@ -209,7 +209,7 @@ def test_producer_group_page_shows_reachability_backoff_and_pending(viewer, topo
     assert (row.pending, row.discarded) == (2, 0)
     html = viewer.get(reverse("console:producer_groups")).content.decode()
     for text in (
-        "http://p.invalid/check",
+        "http://127.0.0.1:9/check",
         "unreachable",
         "2023-11-14T22:13:20.000Z",
         "connect timeout",
@@ -225,7 +225,7 @@ def test_producer_group_edit_changes_the_check_url_and_clears_unreachability(adm
         unreachable_since=1_700_000_000_000, last_check_error="refused"
     )
     url = reverse("console:producer_group_edit", args=["P"])
-    assert "http://p.invalid/check" in admin.get(url).content.decode()
+    assert "http://127.0.0.1:9/check" in admin.get(url).content.decode()
     assert admin.post(url, {"check_url": ""}).status_code == 302
     group = ProducerGroup.objects.get(name="P")
     assert (group.check_url, group.unreachable_since, group.last_check_error) == (None, None, "")

@@ -1,0 +1,92 @@
+"""OpenAPI schema corrections: where drf-spectacular's reading of a serializer says less, or
+other, than what the view enforces, these extensions make the document say exactly what the
+broker does (issue 9, "the schema is the truth"; tests/api/test_schema_truth.py).
+
+Imported by ``broker.api.views`` so the extensions are registered before any schema is built.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.core.validators import RegexValidator
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
+from rest_framework import serializers
+
+from broker.constants import RESERVED_PROPERTIES
+from broker.rules.checks import MAX_CHECK_IMMUNITY_SECONDS
+
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+"""A string without NUL (U+0000): DRF's CharField refuses it, PostgreSQL cannot store it."""
+
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""Standard padded base64, what ``base64.b64decode(..., validate=True)`` accepts."""
+
+ONE_BODY_DESCRIPTION = (
+    "Exactly one of `body` (a UTF-8 string) or `body_base64` (any bytes, standard base64); "
+    "none or both is 400 `invalid_input`."
+)
+
+
+class MessageInSchema(OpenApiSerializerExtension):
+    """``MessageInSerializer`` and its subclasses (send, half message): "exactly one of body or
+    body_base64" as a ``oneOf`` of the two required sets, ``body_base64`` as ``format: byte``
+    (``MessageInSerializer.validate`` refuses invalid base64), property names non-empty and
+    none of ``RESERVED_PROPERTIES`` (``validate_message``), and a half message's
+    ``check_immunity_seconds`` within 0..``MAX_CHECK_IMMUNITY_SECONDS`` (the service's 400)."""
+
+    target_class = "broker.api.serializers.MessageInSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's own schema plus ``oneOf`` [{required: [body]}, {required:
+        [body_base64]}] (both present matches both, which ``oneOf`` refuses, as the view does)."""
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["properties"]["body_base64"].update(format="byte", pattern=BASE64_PATTERN)
+            schema["oneOf"] = [{"required": ["body"]}, {"required": ["body_base64"]}]
+            # validate_message: keys non-empty and not the broker's own (REAL_TOPIC, ...).
+            schema["properties"]["properties"]["propertyNames"] = {
+                "minLength": 1,
+                "pattern": NO_NUL_PATTERN,
+                "not": {"enum": sorted(RESERVED_PROPERTIES)},
+            }
+            if "check_immunity_seconds" in schema["properties"]:
+                # Checked by the service (400 invalid_check_immunity), bounded by the rule.
+                schema["properties"]["check_immunity_seconds"].update(
+                    minimum=0, maximum=MAX_CHECK_IMMUNITY_SECONDS
+                )
+            schema["description"] = ONE_BODY_DESCRIPTION
+        return schema
+
+
+class WholeBodyPatchSchema(OpenApiSerializerExtension):
+    """``ProducerGroupPatchSerializer``: the PATCH validates its body whole (``check_url`` is
+    required; null means "poll for checks"), so the schema must not be drf-spectacular's
+    partial "Patched" form, in which every field is optional."""
+
+    target_class = "broker.api.serializers.ProducerGroupPatchSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's schema as if it were not partial: its required fields stay."""
+        target = self.target
+        target = copy.copy(target) if isinstance(target, serializers.BaseSerializer) else target()
+        target.partial = False
+        return auto_schema._map_serializer(target, direction, bypass_extensions=True)
+
+
+class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
+    """``StrictCharField`` (every string of a request): a string without NUL, unless the
+    field's own pattern (a name's, a msg_id's, which exclude NUL) says more."""
+
+    target_class = "broker.api.serializers.StrictCharField"
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """``{"type": "string"}`` with ``pattern`` ``NO_NUL_PATTERN`` when the field has no
+        regex of its own; drf-spectacular adds the rest (lengths, its regex, nullable)."""
+        schema: dict[str, Any] = {"type": "string"}
+        if not any(isinstance(v, RegexValidator) for v in self.target.validators):
+            schema["pattern"] = NO_NUL_PATTERN
+        return schema

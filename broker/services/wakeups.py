@@ -1,0 +1,363 @@
+"""Wake-ups for long polls: a Redis pub/sub notification when something a poller waits for
+becomes visible, so a waiting receive or check-requests poll re-reads the database at once
+instead of every 100 ms.
+
+Channels (one per thing waited for; the payload is ignored):
+
+- ``topic_channel(topic)``: a message became visible on ``topic`` (a normal send, the commit of
+  a half message, a copy to ``%DLQ%{group}``/``%RETRY%{group}``). One channel per topic, not
+  per topic and consumer group: every consumer group of the topic has a new message, and a
+  channel per subscription would need the broker to know the groups at commit time.
+- ``check_requests_channel(producer_group)``: a back-check was queued for a polling group.
+
+Publishing (``wakeup_on_commit``) happens after the database transaction commits
+(``transaction.on_commit``), once per committed transaction: the channels it touched are
+collected and sent in one pipelined round trip, whatever the number of messages. Redelivery
+(an expired ``invisible_duration_ms``) publishes nothing: waiters find it at their next
+fallback re-check (``FALLBACK_RECHECK_S``).
+
+Waiting: under ASGI, one ``WakeupHub`` per event loop (one per uvicorn worker process) holds
+ONE Redis connection pattern-subscribed to every wake-up channel and fans each notification
+out to the asyncio waiters of its channel; under WSGI each waiter subscribes with its own
+connection (``SyncListener``; WSGI holds a thread per request anyway).
+
+Best effort: while Redis is away publishing is skipped (a warning once, another when it is
+back) and waiters fall back to re-checking every ``FALLBACK_RECHECK_S``; a message is never
+lost, only seen up to that much later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+import redis
+import redis.asyncio
+from django.conf import settings
+from django.db import transaction
+from redis.exceptions import RedisError
+
+logger = logging.getLogger("halfmoon.wakeups")
+
+FALLBACK_RECHECK_S = 1.0  # longest a waiter sleeps without a wake-up (Redis away, redelivery)
+PUBLISH_RETRY_S = 1.0  # after a failed publish, commits skip publishing this long
+REDIS_TIMEOUT_S = 0.5  # connect and socket timeout of the publisher: bounds a commit's delay
+_PREFIX = "halfmoon:wakeup:"
+
+
+def _channel_prefix() -> str:
+    # Pub/sub channels are shared by all Redis databases: name the database in the channel so
+    # two brokers on one Redis (or two test runs) do not wake each other's waiters.
+    db = redis.connection.parse_url(settings.REDIS_URL).get("db", 0)
+    return f"{_PREFIX}{db}:"
+
+
+def topic_channel(topic: str) -> str:
+    """The wake-up channel of ``topic``: ``halfmoon:wakeup:<db>:topic:<topic>``."""
+    return f"{_channel_prefix()}topic:{topic}"
+
+
+def check_requests_channel(producer_group: str) -> str:
+    """The wake-up channel of a polling producer group's check requests:
+    ``halfmoon:wakeup:<db>:checks:<producer_group>``."""
+    return f"{_channel_prefix()}checks:{producer_group}"
+
+
+# --- Publishing ---------------------------------------------------------------------------------
+
+
+class _Pending:
+    """The channels one database transaction touched; called once by ``on_commit``."""
+
+    def __init__(self) -> None:
+        self.channels: set[str] = set()
+
+    def __call__(self) -> None:
+        wakeup_publish(self.channels)
+
+
+def wakeup_on_commit(channel: str) -> None:
+    """Publish a wake-up on ``channel`` when the current database transaction commits; at
+    once outside a transaction. Channels of one transaction are published together, once.
+
+    Nothing is published for a rolled-back write (its ``on_commit`` callback is dropped). A
+    channel added inside a savepoint that later rolls back is still published: a spurious
+    wake-up only costs its waiters one database read.
+    """
+    conn = transaction.get_connection()
+    if not conn.in_atomic_block:
+        wakeup_publish([channel])
+        return
+    pending = getattr(conn, "_halfmoon_wakeups", None)
+    # Still registered for this transaction? (Gone once run, or dropped by a rollback.)
+    if pending is None or not any(func is pending for _, func, *_ in conn.run_on_commit):
+        pending = _Pending()
+        conn._halfmoon_wakeups = pending  # type: ignore[attr-defined]
+        transaction.on_commit(pending)
+    pending.channels.add(channel)
+
+
+class _Publisher:
+    """The process's publishing client (redis-py's pool is thread- and fork-safe)."""
+
+    def __init__(self) -> None:
+        self._client: redis.Redis | None = None
+        self._skip_until = 0.0
+        self._failing = False
+        self._lock = threading.Lock()
+
+    def publish(self, channels: Iterable[str]) -> bool:
+        channels = sorted(set(channels))
+        if not channels or time.monotonic() < self._skip_until:
+            return False
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = redis.Redis.from_url(
+                        settings.REDIS_URL,
+                        socket_connect_timeout=REDIS_TIMEOUT_S,
+                        socket_timeout=REDIS_TIMEOUT_S,
+                    )
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for channel in channels:
+                    pipe.publish(channel, b"1")
+                pipe.execute()
+        except (RedisError, OSError) as exc:
+            self._skip_until = time.monotonic() + PUBLISH_RETRY_S
+            if not self._failing:
+                self._failing = True
+                logger.warning(
+                    "wake-ups are not published while Redis does not answer (long polls "
+                    "re-check every %.0f s): %s",
+                    FALLBACK_RECHECK_S,
+                    exc,
+                )
+            return False
+        if self._failing:
+            self._failing = False
+            logger.warning("Redis answers again: wake-ups are published")
+        return True
+
+
+_publisher = _Publisher()
+
+
+def wakeup_publish(channels: Iterable[str]) -> bool:
+    """Publish one wake-up on each of ``channels`` now, in one round trip.
+
+    Returns True when Redis took them, False when skipped or failed (never raises: logged once
+    while Redis is away, then skipped for ``PUBLISH_RETRY_S`` so commits are not delayed by a
+    connect timeout each).
+    """
+    return _publisher.publish(channels)
+
+
+# --- Waiting under WSGI -------------------------------------------------------------------------
+
+
+class SyncListener:
+    """Context manager: a blocking waiter on one channel with its own Redis connection
+    (for WSGI, which holds a thread per request anyway). Subscribes on enter, so a wake-up
+    published after the enter is never missed; without Redis, ``wait`` just sleeps."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self._pubsub: Any = None
+
+    def __enter__(self) -> SyncListener:
+        try:
+            client = redis.Redis.from_url(
+                settings.REDIS_URL,
+                socket_connect_timeout=REDIS_TIMEOUT_S,
+                socket_timeout=FALLBACK_RECHECK_S + REDIS_TIMEOUT_S,
+            )
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(self.channel)
+            self._pubsub = pubsub
+        except (RedisError, OSError):
+            self._pubsub = None
+        return self
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until a wake-up on the channel or ``timeout_s`` seconds; True if woken."""
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if self._pubsub is None:
+                time.sleep(remaining)
+                return False
+            try:
+                message = self._pubsub.get_message(timeout=remaining)
+            except (RedisError, OSError):
+                self._close()
+                continue
+            if message is not None and message["type"] == "message":
+                return True
+        return False
+
+    def _close(self) -> None:
+        if self._pubsub is not None:
+            try:
+                self._pubsub.close()
+                self._pubsub.connection_pool.disconnect()
+            except (RedisError, OSError):
+                pass
+            self._pubsub = None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._close()
+
+
+# --- Waiting under ASGI -------------------------------------------------------------------------
+
+
+class Listener:
+    """One asyncio waiter of a ``WakeupHub``; use as a context manager (``WakeupHub.listen``).
+
+    A wake-up that arrives while the caller is not waiting (e.g. during a database read) is
+    kept: the next ``wait`` returns at once.
+    """
+
+    def __init__(self, hub: WakeupHub, channel: str) -> None:
+        self.hub = hub
+        self.channel = channel
+        self.event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait for a wake-up on the channel, at most ``timeout_s`` seconds; True if woken."""
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+    def __enter__(self) -> Listener:
+        self.hub._add(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.hub._remove(self)
+
+
+class WakeupHub:
+    """One Redis pub/sub connection for every waiter of an event loop: ``PSUBSCRIBE
+    halfmoon:wakeup:<db>:*``, each notification setting the events of its channel's waiters.
+
+    The subscriber task starts with the first ``listen`` and keeps the subscription while
+    the loop runs (a wake-up costs each process one small read, waiters or not); when Redis is
+    away it reconnects every ``FALLBACK_RECHECK_S`` and, once back, wakes every waiter
+    (notifications may have been missed meanwhile).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pattern = f"{_channel_prefix()}*"
+        self.subscribed = asyncio.Event()
+        self._waiters: dict[str, set[Listener]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    def listen(self, channel: str) -> Listener:
+        """A waiter on ``channel``; register it (``with``) before reading the database."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return Listener(self, channel)
+
+    def waiting(self) -> int:
+        """How many waiters are registered."""
+        return sum(len(listeners) for listeners in self._waiters.values())
+
+    def _add(self, listener: Listener) -> None:
+        self._waiters.setdefault(listener.channel, set()).add(listener)
+
+    def _remove(self, listener: Listener) -> None:
+        listeners = self._waiters.get(listener.channel)
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self._waiters[listener.channel]
+
+    def _wake(self, channel: str) -> None:
+        for listener in self._waiters.get(channel, ()):
+            listener.event.set()
+
+    def _wake_all(self) -> None:
+        for listeners in self._waiters.values():
+            for listener in listeners:
+                listener.event.set()
+
+    async def _run(self) -> None:
+        while True:
+            client = redis.asyncio.Redis.from_url(
+                self.url, socket_connect_timeout=REDIS_TIMEOUT_S, decode_responses=True
+            )
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.psubscribe(self.pattern)
+                self.subscribed.set()
+                if self._failing:
+                    self._failing = False
+                    logger.warning("Redis answers again: long polls get wake-ups")
+                    self._wake_all()
+                async for message in pubsub.listen():
+                    if message["type"] == "pmessage":
+                        self._wake(message["channel"])
+            except (RedisError, OSError) as exc:
+                self.subscribed.clear()
+                if not self._failing:
+                    self._failing = True
+                    logger.warning(
+                        "no wake-ups while Redis does not answer (long polls re-check every "
+                        "%.0f s): %s",
+                        FALLBACK_RECHECK_S,
+                        exc,
+                    )
+            finally:
+                try:
+                    await pubsub.aclose()
+                    await client.aclose()
+                except (RedisError, OSError):
+                    pass
+            await asyncio.sleep(FALLBACK_RECHECK_S)
+
+    async def close(self) -> None:
+        """Stop the subscriber task and close its connection."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.subscribed.clear()
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakeupHub] = weakref.WeakKeyDictionary()
+
+
+def wakeup_hub() -> WakeupHub:
+    """The running event loop's ``WakeupHub`` (created on first use, on ``REDIS_URL``).
+
+    Must be called from a coroutine.
+    """
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = WakeupHub(settings.REDIS_URL)
+    return hub

@@ -1,0 +1,244 @@
+"""The OpenAPI document says what the broker does (issue 9, part 6), one test per defect found:
+the paginated transaction list, PATCH producer-groups' required check_url, resolve's required
+reason, exactly one of body / body_base64, ack's 404, and strict JSON types (a number where a
+string is due, a string where an integer or a boolean is due: 400 in the contract's body,
+nothing stored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from broker.models import ConsumerGroup, Message, Topic, Transaction
+from tests.api_helpers import ack, assert_error, post, receive, send_half, send_message
+
+
+@pytest.fixture
+def document(anonymous) -> dict[str, Any]:
+    """The OpenAPI document as ``/api/schema/`` serves it (JSON)."""
+    response = anonymous.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def _component(document: dict[str, Any], ref_holder: dict[str, Any]) -> dict[str, Any]:
+    ref = ref_holder["$ref"]
+    return document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+
+
+def _request_schema(document: dict[str, Any], path: str, method: str) -> dict[str, Any]:
+    body = document["paths"][path][method]["requestBody"]["content"]["application/json"]
+    return _component(document, body["schema"])
+
+
+# --- The list of transactions is paginated --------------------------------------------------------
+
+
+def test_the_transaction_list_is_documented_as_the_page_it_answers(
+    document, owner, producer, topic, producer_group
+):
+    send_half(producer)
+    operation = document["paths"]["/api/v1/transactions"]["get"]
+    page = _component(
+        document, operation["responses"]["200"]["content"]["application/json"]["schema"]
+    )
+    assert page["type"] == "object"
+    assert set(page["required"]) == {"count", "results"}
+    assert page["properties"]["results"]["type"] == "array"
+    assert {p["name"] for p in operation["parameters"]} >= {"page", "page_size"}
+    assert "404" in operation["responses"]
+
+    answer = owner.get("/api/v1/transactions").json()
+
+    assert set(answer) == {"count", "next", "previous", "results"}
+    assert answer["count"] == 1
+
+
+@pytest.mark.parametrize("query", ["page_size=abc", "page_size=0", "page_size=1001", "page=0"])
+def test_a_malformed_page_parameter_is_refused(owner, query):
+    assert_error(owner.get(f"/api/v1/transactions?{query}"), 400, "invalid_input")
+
+
+def test_a_page_past_the_last_is_the_documented_404(owner):
+    assert_error(owner.get("/api/v1/transactions?page=2"), 404, "not_found")
+
+
+def test_an_empty_filter_is_refused_not_ignored(owner):
+    assert_error(owner.get("/api/v1/transactions?topic="), 400, "invalid_input")
+
+
+# --- PATCH producer-groups requires check_url -------------------------------------------------
+
+
+def test_patch_producer_group_documents_check_url_as_required(document, owner, producer_group):
+    schema = _request_schema(document, "/api/v1/producer-groups/{name}", "patch")
+    assert schema["required"] == ["check_url"]
+
+    error = assert_error(owner.patch("/api/v1/producer-groups/G", {}, format="json"), 400)
+    assert "check_url" in error["details"]["fields"]
+
+
+# --- resolve requires a reason ---------------------------------------------------------------
+
+
+def test_resolve_documents_reason_as_required_and_not_blank(document, owner):
+    schema = _request_schema(document, "/api/v1/transactions/{transaction_id}/resolve", "post")
+    assert set(schema["required"]) == {"action", "reason"}
+    reason = schema["properties"]["reason"]
+    assert reason["minLength"] == 1
+    assert "pattern" in reason  # something besides whitespace
+
+
+@pytest.mark.parametrize("reason", [None, "", "   "])
+def test_resolve_without_a_reason_is_refused(owner, producer, topic, producer_group, reason):
+    transaction_id = send_half(producer).json()["transaction_id"]
+    body: dict[str, Any] = {"action": "commit"}
+    if reason is not None:
+        body["reason"] = reason
+
+    assert_error(post(owner, f"/api/v1/transactions/{transaction_id}/resolve", body), 400)
+
+    assert Transaction.objects.get(transaction_id=transaction_id).state == "PREPARED"
+
+
+# --- Exactly one of body or body_base64 --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "component"),
+    [
+        ("/api/v1/messages", "MessageSendInRequest"),
+        ("/api/v1/transactions", "TransactionPrepareInRequest"),
+    ],
+)
+def test_exactly_one_body_is_in_the_schema(document, path, component):
+    schema = _request_schema(document, path, "post")
+    assert schema is document["components"]["schemas"][component]
+    assert schema["oneOf"] == [{"required": ["body"]}, {"required": ["body_base64"]}]
+    assert schema["properties"]["body_base64"]["format"] == "byte"
+    assert "body" not in schema["required"] and "body_base64" not in schema["required"]
+
+
+@pytest.mark.parametrize(
+    "bodies", [{}, {"body": "x", "body_base64": "eA=="}], ids=["neither", "both"]
+)
+def test_none_or_both_bodies_are_refused(producer, topic, producer_group, bodies):
+    response = post(
+        producer, "/api/v1/transactions", {"producer_group": "G", "topic": "TranTest", **bodies}
+    )
+    assert_error(response, 400, "invalid_input")
+    assert not Transaction.objects.exists()
+
+
+# --- ack's 404 ------------------------------------------------------------------------------
+
+
+def test_ack_documents_and_answers_404_for_an_unknown_consumer_group(document, owner):
+    responses = document["paths"]["/api/v1/consumer-groups/{group}/ack"]["post"]["responses"]
+    assert "404" in responses
+    assert (
+        _component(document, responses["404"]["content"]["application/json"]["schema"])
+        == (document["components"]["schemas"]["ErrorOut"])
+    )
+
+    assert_error(ack(owner, ["x"], group="Nobody"), 404, "consumer_group_not_found")
+
+
+def test_every_error_answer_is_documented_with_the_error_body(document):
+    for path, operations in document["paths"].items():
+        if not path.startswith("/api/v1/"):
+            continue
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if status.startswith(("4", "5")):
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorOut"}, (path, method)
+
+
+# --- Strict types -----------------------------------------------------------------------------
+
+
+def test_a_number_as_a_name_is_refused_not_turned_into_a_string(owner):
+    error = assert_error(post(owner, "/api/v1/topics", {"name": 0, "queue_nums": 4}), 400)
+    assert error["code"] == "invalid_input"
+    assert error["details"]["fields"]["name"] == ["Not a valid string."]
+    assert not Topic.objects.filter(name="0").exists()
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True, None, ["a"]])
+def test_a_property_value_that_is_not_a_string_is_refused(producer, topic, producer_group, value):
+    error = assert_error(send_message(producer, properties={"p": value}), 400, "invalid_input")
+    assert "properties" in error["details"]["fields"]
+    assert not Message.objects.filter(topic="TranTest").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tags", 7), ("keys", False), ("body", 12), ("body", {"a": 1})],
+)
+def test_a_non_string_message_field_is_refused(producer, topic, producer_group, field, value):
+    response = send_half(producer, **{field: value})
+    error = assert_error(response, 400, "invalid_input")
+    assert field in error["details"]["fields"]
+    assert not Transaction.objects.exists()
+
+
+@pytest.mark.parametrize("value", ["5", 5.5, True])
+def test_a_string_where_an_integer_is_due_is_refused(consumer, topic, consumer_group, value):
+    error = assert_error(receive(consumer, max_messages=value), 400, "invalid_input")
+    assert error["details"]["fields"]["max_messages"] == ["A valid integer is required."]
+
+
+def test_an_integral_number_is_an_integer(consumer, topic, consumer_group):
+    assert receive(consumer, max_messages=5.0).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "data", "field"),
+    [
+        ("/api/v1/topics", {"name": "T2", "queue_nums": "4"}, "queue_nums"),
+        (
+            "/api/v1/consumer-groups",
+            {"name": "C2", "max_delivery_attempts": "3"},
+            "max_delivery_attempts",
+        ),
+    ],
+)
+def test_admin_integers_are_strict(owner, path, data, field):
+    error = assert_error(post(owner, path, data), 400, "invalid_input")
+    assert field in error["details"]["fields"]
+    assert not Topic.objects.filter(name="T2").exists()
+    assert not ConsumerGroup.objects.filter(name="C2").exists()
+
+
+def test_check_immunity_as_a_string_is_refused(producer, topic, producer_group):
+    error = assert_error(send_half(producer, check_immunity_seconds="60"), 400, "invalid_input")
+    assert "check_immunity_seconds" in error["details"]["fields"]
+
+
+@pytest.mark.parametrize("value", ["true", 1, "yes"])
+def test_a_boolean_is_only_true_or_false(producer, topic, producer_group, value):
+    transaction_id = send_half(producer).json()["transaction_id"]
+    response = post(
+        producer,
+        f"/api/v1/transactions/{transaction_id}/end",
+        {"producer_group": "G", "action": "commit", "from_transaction_check": value},
+    )
+    error = assert_error(response, 400, "invalid_input")
+    assert "from_transaction_check" in error["details"]["fields"]
+    assert Transaction.objects.get(transaction_id=transaction_id).state == "PREPARED"
+
+
+def test_strings_are_kept_as_sent(producer, topic, producer_group):
+    sent = send_half(producer, tags=" padded ", keys=" k ").json()
+    transaction = Transaction.objects.get(transaction_id=sent["transaction_id"])
+    assert (transaction.tags, transaction.keys) == (" padded ", " k ")
+
+
+def test_the_schema_says_strings_carry_no_nul(document):
+    ack = document["components"]["schemas"]["AckInRequest"]["properties"]["receipt_handles"]
+    assert ack["items"]["pattern"] == "^[^\\u0000]*$"
+    # A string that may be blank: the pattern, or the empty string.
+    tags = document["components"]["schemas"]["TransactionPrepareInRequest"]["properties"]["tags"]
+    assert tags["oneOf"][0]["pattern"] == "^[^\\u0000]*$"
