@@ -5,7 +5,10 @@ that produces or consumes messages installs it alone: ``pip install ./client``.
 - ``TransactionProducer`` (``producer``) mirrors RocketMQ's ``TransactionMQProducer``: send a
   half message, run the local transaction, end it, and answer back-checks, either by serving
   a small HTTP endpoint (``check_mode="serve"``, ``check_server``) or by long-polling the
-  broker for check requests (``check_mode="poll"``, ``check_poller``).
+  broker for check requests (``check_mode="poll"``, ``check_poller``). Batches (api-v1
+  "Batches"): ``send_message_in_transaction_batch``, ``send_batch``, ``end_transactions``
+  (``TransactionEnd``); with ``batch_linger_ms`` > 0, concurrent sends of several threads
+  are gathered into batches (``batcher``).
 - ``TransactionListener`` (``listener``) mirrors RocketMQ's ``TransactionListener``;
   ``LocalTransactionState`` (``states``) keeps RocketMQ's spelling (``UNKNOW``).
 - ``SimpleConsumer`` (``consumer``) mirrors RocketMQ 5's SimpleConsumer: receive with an
@@ -43,6 +46,7 @@ from halfmoon_client.messages import Message, MessageView, SendResult, Transacti
 from halfmoon_client.producer import TransactionProducer
 from halfmoon_client.signing import SIGNATURE_HEADER, sign_check_body, signature_valid
 from halfmoon_client.states import LocalTransactionState
+from halfmoon_client.transport import TransactionEnd
 
 __version__ = "0.1.0"
 
@@ -58,6 +62,7 @@ __all__ = [
     "MessageView",
     "SendResult",
     "SimpleConsumer",
+    "TransactionEnd",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",

@@ -62,6 +62,33 @@ class HalfmoonError(Exception):
             status_code=response.status_code,
         )
 
+    @classmethod
+    def from_error_object(cls, status_code: int, error: Any) -> HalfmoonError:
+        """Build the error of one item of a batch answer (api-v1 "Batches"):
+        ``{"status": 4xx, "error": {"code", "message", "details"}}``, the error the single
+        endpoint would have answered for that item, so the same code and status as a single
+        call's ``HalfmoonError``. An ``error`` that is not the contract's object gives code
+        ``http_<status>``."""
+        if isinstance(error, dict) and isinstance(error.get("code"), str):
+            details = error.get("details")
+            return cls(
+                str(error.get("message") or ""),
+                code=error["code"],
+                status_code=status_code,
+                details=details if isinstance(details, dict) else {},
+            )
+        return cls(f"HTTP {status_code}", code=f"http_{status_code}", status_code=status_code)
+
+    def copy(self) -> HalfmoonError:
+        """A new error of the same type with the same status, code, message and details, this
+        one as its ``__cause__``: a whole batch refused gives each of its items its own
+        exception object (raised in several threads, each keeps its own traceback)."""
+        twin = type(self)(
+            self.message, code=self.code, status_code=self.status_code, details=self.details
+        )
+        twin.__cause__ = self
+        return twin
+
 
 class HalfmoonConnectionError(HalfmoonError):
     """The broker could not be reached, or did not answer in time (``status_code`` None)."""
