@@ -1,18 +1,33 @@
-"""Transactional-send throughput of Halfmoon against two ceilings measured in the same run.
+"""Transactional-send throughput of Halfmoon against the ceilings measured in the same run.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/halfmoon_bench \\
         .venv/bin/python bench/throughput.py [--duration 20] [--warmup 3] [--connections 32]
+    .venv/bin/python bench/throughput.py --serving-compare   # Halfmoon under each server
 
-1. Halfmoon: half message + commit (= one transaction) per second through the HTTP API, served as
-   production serves it (uvicorn, 2 workers, ASGI, Django's psycopg pool), driven by ``wrk``.
-2. Bare Django (``bench/bare``): the same serving and pool, two plain Django views doing only a
-   transaction's two writes, driven the same way (two requests per transaction).
-3. PostgreSQL: ``pgbench`` inserting one 1 KB row per transaction.
+1. Halfmoon per request: half message + commit (= one transaction) per second through the HTTP
+   API, served as production serves it (uvicorn, 2 workers, ASGI, Django's psycopg pool), driven
+   by ``wrk -s bench/tx.lua``.
+2. Halfmoon in batches: ``POST /api/v1/transactions/batch`` of 32 half messages, then
+   ``POST /api/v1/transactions/end-batch`` committing them (``bench/batch.lua``), same server;
+   messages per second (one message = one half in a batch + its end in an end-batch).
+3. Bare Django (``bench/bare``): two plain Django views doing only a transaction's two writes,
+   served by gunicorn, 2 sync workers, ``CONN_MAX_AGE`` persistent connections (the fastest
+   standard serving measured for it), driven by tx.lua (two requests per transaction).
+4. RabbitMQ: 32 publishers (pika, one connection each), durable queue, persistent 1 KB
+   messages, one publish + ``tx.commit`` per transaction.
+5. PostgreSQL: ``pgbench`` inserting one 1 KB row per transaction.
+
+After phases 1-2 the bench checks with SQL that every committed transaction was delivered exactly
+once on its real topic and nothing else was; after phase 4 that the queue holds exactly the
+committed messages. ``--serving-compare`` instead measures Halfmoon per request under uvicorn
+(ASGI, pool), gunicorn sync (WSGI, ``HALFMOON_SERVER=wsgi``, ``CONN_MAX_AGE``) and granian when
+installed.
 
 Every server is started here, in its own process group, and killed on exit (also on an error or
-Ctrl-C). The last line printed is::
+Ctrl-C). ``wrk`` is installed with apt-get when missing and possible. The last line printed is::
 
-    tx_per_s=<n> bare_django_tx_per_s=<n> pg_ceiling_per_s=<n> ratio_bare=<r> ratio_pg=<r>
+    tx_per_s=<n> bare_best_tx_per_s=<n> batch_msgs_per_s=<n> rabbitmq_tx_per_s=<n> \
+ratio_bare=<r> ratio_rabbitmq=<r>
 
 See bench/README.md for what the figures mean.
 """
@@ -22,6 +37,8 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import importlib.util
+import multiprocessing
 import os
 import re
 import shutil
@@ -29,6 +46,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,10 +62,16 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 LOG_DIR = ROOT / "var" / "bench"
 LUA_SCRIPT = BENCH_DIR / "tx.lua"
+BATCH_LUA_SCRIPT = BENCH_DIR / "batch.lua"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_bench"
-UVICORN_WORKERS = 2
+UVICORN_WORKERS = 2  # also the gunicorn and granian worker processes
 WRK_TIMEOUT = "10s"
+# A batch of 32 takes seconds when 32 of them queue on 2 CPUs; wrk must not drop them at 10 s.
+WRK_BATCH_TIMEOUT = "60s"
 TOPIC, GROUP = "BenchTopic", "BenchGroup"
+BATCH_TOPIC = "BenchBatchTopic"  # the batch phase's real topic, verified on its own
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
+RABBITMQ_QUEUE = "halfmoon_bench_tx"
 
 
 # --- Child processes ----------------------------------------------------------------------------
@@ -278,6 +302,69 @@ def start_uvicorn(app: str, env: dict[str, str], port: int, log: Path) -> subpro
     return CHILDREN.start(cmd, env=env, log=log)
 
 
+def start_gunicorn(app: str, env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    """Serve WSGI ``app`` with gunicorn: 2 sync workers (one request at a time each), no access
+    log, level warning. ``app`` may be a factory call (``module:function()``)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        app,
+        "--workers",
+        str(UVICORN_WORKERS),
+        "--worker-class",
+        "sync",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "warning",
+    ]
+    log.write_text("")
+    return CHILDREN.start(cmd, env=env, log=log)
+
+
+def start_granian(
+    app: str, interface: str, env: dict[str, str], port: int, log: Path
+) -> subprocess.Popen:
+    """Serve ``app`` with granian, 2 workers, ``interface`` "asgi" or "wsgi" (wsgi: one
+    blocking thread per worker, like a gunicorn sync worker), no access log."""
+    granian = shutil.which("granian", path=str(Path(sys.executable).parent)) or "granian"
+    cmd = [
+        granian,
+        app,
+        "--interface",
+        interface,
+        "--workers",
+        str(UVICORN_WORKERS),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-ws" if interface == "wsgi" else "--ws",
+    ]
+    if interface == "wsgi":
+        cmd += ["--blocking-threads", "1"]
+    log.write_text("")
+    return CHILDREN.start(cmd, env=env, log=log)
+
+
+def child_pids(master: int) -> list[int]:
+    """Every process whose parent is ``master`` (the workers of gunicorn, granian, uvicorn)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == master:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
 def worker_pids(master: int) -> list[int]:
     """The uvicorn worker processes (multiprocessing children) of ``master``."""
     found = []
@@ -312,8 +399,9 @@ def backend_pids(pg: Pg, dbname: str) -> list[int]:
 
 
 class CpuMeter:
-    """CPU time of the uvicorn processes and of the database's backends between two snapshots
-    (a backend that exits in between is missed; the pool keeps them open)."""
+    """CPU time of the server's processes (master and its children) and of the database's
+    backends between two snapshots (a backend that exits in between is missed; the pool and
+    persistent connections keep them open)."""
 
     def __init__(self, pg: Pg, dbname: str, master: int) -> None:
         self.pg, self.dbname, self.master = pg, dbname, master
@@ -321,7 +409,7 @@ class CpuMeter:
         self.database: dict[int, float] = {}
 
     def _snapshot(self) -> tuple[dict[int, float], dict[int, float]]:
-        server = {pid: cpu_seconds(pid) for pid in [self.master, *worker_pids(self.master)]}
+        server = {pid: cpu_seconds(pid) for pid in [self.master, *child_pids(self.master)]}
         database = {pid: cpu_seconds(pid) for pid in backend_pids(self.pg, self.dbname)}
         return server, database
 
@@ -330,7 +418,7 @@ class CpuMeter:
         self.server, self.database = self._snapshot()
 
     def stop(self) -> tuple[float, float]:
-        """CPU seconds used since ``start()``: (uvicorn processes, PostgreSQL backends)."""
+        """CPU seconds used since ``start()``: (server processes, PostgreSQL backends)."""
         server, database = self._snapshot()
         used_server = sum(t - self.server.get(pid, 0.0) for pid, t in server.items())
         used_database = sum(t - self.database.get(pid, 0.0) for pid, t in database.items())
@@ -351,6 +439,8 @@ class WrkResult:
     max_ms: float
     socket_errors: dict[str, int]
     statuses: Counter = field(default_factory=Counter)
+    create_failed: int = 0
+    end_failed: int = 0
     server_cpu_s: float | None = None
     database_cpu_s: float | None = None
 
@@ -364,12 +454,12 @@ class WrkResult:
         """Responses of either request outside 200-299."""
         return sum(n for key, n in self.statuses.items() if not key.split(":")[1].startswith("2"))
 
-    def describe(self, label: str) -> str:
-        """Human-readable lines for this run."""
+    def describe(self, label: str, unit: str = "tx") -> str:
+        """Human-readable lines for this run; ``unit`` names what ``committed`` counts."""
         errors = ", ".join(f"{k} {v}" for k, v in self.socket_errors.items() if v) or "none"
         statuses = ", ".join(f"{k}={v}" for k, v in sorted(self.statuses.items()))
         return (
-            f"{label}: {self.tx_per_s:.1f} tx/s ({self.committed} committed in "
+            f"{label}: {self.tx_per_s:.1f} {unit}/s ({self.committed} committed in "
             f"{self.duration_s:.2f} s; {self.requests / self.duration_s:.1f} requests/s)\n"
             f"{label}: latency per request p50 {self.p50_ms:.1f} ms, p90 {self.p90_ms:.1f} ms, "
             f"p99 {self.p99_ms:.1f} ms, max {self.max_ms:.1f} ms\n"
@@ -384,34 +474,78 @@ class WrkResult:
         db_per_tx = 1000 * (self.database_cpu_s or 0.0) / self.committed
         busy = 100 * self.server_cpu_s / self.duration_s
         return (
-            f"\n{label}: CPU per transaction: server {per_tx:.2f} ms (uvicorn at {busy:.0f}% of "
+            f"\n{label}: CPU per transaction: server {per_tx:.2f} ms (server at {busy:.0f}% of "
             f"one CPU), PostgreSQL backends {db_per_tx:.2f} ms"
         )
 
 
+def wrk_require() -> str:
+    """The path of ``wrk``; when it is missing, install Debian's package ``wrk`` with apt-get if
+    this process may (root, apt-get present).
+
+    Raises:
+        SystemExit: wrk is missing and could not be installed (with what to do).
+    """
+    found = shutil.which("wrk")
+    if found:
+        return found
+    apt_get = shutil.which("apt-get")
+    if apt_get and os.geteuid() == 0:
+        print("bench: wrk is missing; apt-get install -y wrk")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        install = [apt_get, "install", "-y", "wrk"]
+        if subprocess.run(install, env=env, capture_output=True, check=False).returncode:
+            # A stale package list: refresh it once and try again.
+            subprocess.run([apt_get, "update"], env=env, capture_output=True, check=False)
+            subprocess.run(install, env=env, capture_output=True, check=False)
+        found = shutil.which("wrk")
+        if found:
+            return found
+    raise SystemExit(
+        "bench: wrk (the HTTP load generator) is not installed and this process cannot install "
+        "it; run `sudo apt-get install wrk` (Debian/Ubuntu) or build it from "
+        "https://github.com/wg/wrk, then rerun"
+    )
+
+
 def run_wrk(
-    port: int, mode: str, prefix: str, token: str, seconds: float, connections: int, log: Path
+    port: int,
+    mode: str,
+    prefix: str,
+    token: str,
+    seconds: float,
+    connections: int,
+    log: Path,
+    *,
+    batch_size: int = 32,
 ) -> WrkResult:
-    """Drive ``tx.lua`` with one connection per wrk thread for ``seconds``.
+    """Drive ``tx.lua`` (mode "halfmoon" or "bare") or, for mode "batch", ``batch.lua`` with
+    ``batch_size`` messages per batch, with one connection per wrk thread for ``seconds``.
+    msg_ids start with ``prefix``; ``token`` is the access key ("" for bare).
+
+    Returns:
+        wrk's counts: for "batch" ``committed`` counts messages (end items COMMITTED).
 
     Raises:
         RuntimeError: wrk failed or printed no summary.
     """
+    if mode == "batch":
+        script, script_args = BATCH_LUA_SCRIPT, [prefix, token, str(batch_size)]
+    else:
+        script, script_args = LUA_SCRIPT, [mode, prefix, token]
     cmd = [
-        shutil.which("wrk") or "/usr/bin/wrk",
+        wrk_require(),
         f"-t{connections}",
         f"-c{connections}",
         f"-d{max(1, round(seconds))}s",
         "--latency",
         "--timeout",
-        WRK_TIMEOUT,
+        WRK_BATCH_TIMEOUT if mode == "batch" else WRK_TIMEOUT,
         "-s",
-        str(LUA_SCRIPT),
+        str(script),
         f"http://127.0.0.1:{port}",
         "--",
-        mode,
-        prefix,
-        token,
+        *script_args,
     ]
     proc = CHILDREN.start(cmd, capture=True)
     try:
@@ -419,7 +553,8 @@ def run_wrk(
     finally:
         CHILDREN.stop(proc, grace=2.0)
     with log.open("a") as handle:
-        handle.write(f"$ {' '.join(cmd[:-1])} <token>\n{out}{err}\n")
+        shown = [("<token>" if token and part == token else part) for part in cmd]
+        handle.write(f"$ {' '.join(shown)}\n{out}{err}\n")
     line = next((ln for ln in out.splitlines() if ln.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"wrk failed ({proc.returncode}):\n{out}\n{err}")
@@ -440,6 +575,8 @@ def run_wrk(
         max_ms=values["max_us"] / 1e3,
         socket_errors={k[4:]: v for k, v in values.items() if k.startswith("err_")},
         statuses=statuses,
+        create_failed=values.get("create_failed", 0),
+        end_failed=values.get("end_failed", 0),
     )
 
 
@@ -516,9 +653,12 @@ def _category(frame: str) -> str:
     return f"other ({filename.split(':')[0]})"
 
 
-def start_profilers(master: int, seconds: float) -> tuple[list[subprocess.Popen], Path | None]:
-    """py-spy one uvicorn worker into collapsed stacks (var/bench/halfmoon-profile.txt) and the
-    other into an SVG flamegraph; return the py-spy processes and the collapsed-stacks file."""
+def start_profilers(
+    master: int, seconds: float, name: str = "halfmoon"
+) -> tuple[list[subprocess.Popen], Path | None]:
+    """py-spy one uvicorn worker into collapsed stacks (var/bench/<name>-profile.txt) and the
+    other into an SVG flamegraph (<name>-flamegraph.svg); return the py-spy processes and the
+    collapsed-stacks file."""
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if py_spy is None:
         print("profile: py-spy is not installed (.venv/bin/pip install py-spy); skipped")
@@ -527,8 +667,8 @@ def start_profilers(master: int, seconds: float) -> tuple[list[subprocess.Popen]
     if not workers:
         print("profile: no uvicorn worker found; skipped")
         return [], None
-    raw = LOG_DIR / "halfmoon-profile.txt"
-    svg = LOG_DIR / "halfmoon-flamegraph.svg"
+    raw = LOG_DIR / f"{name}-profile.txt"
+    svg = LOG_DIR / f"{name}-flamegraph.svg"
     jobs = [(workers[0], "raw", raw)]
     if len(workers) > 1:
         jobs.append((workers[1], "flamegraph", svg))
@@ -551,7 +691,7 @@ def start_profilers(master: int, seconds: float) -> tuple[list[subprocess.Popen]
             "--output",
             str(out),
         ]
-        procs.append(CHILDREN.start(cmd, log=LOG_DIR / f"py-spy-{fmt}.log"))
+        procs.append(CHILDREN.start(cmd, log=LOG_DIR / f"py-spy-{name}-{fmt}.log"))
     print("profile: py-spy " + "; ".join(f"worker {pid} -> {out}" for pid, _, out in jobs))
     return procs, raw
 
@@ -563,7 +703,7 @@ def report_profile(procs: list[subprocess.Popen], raw: Path | None, top: int = 2
             proc.wait(timeout=60)
         CHILDREN.stop(proc, grace=2.0)
     if raw is None or not raw.exists():
-        print("profile: py-spy wrote no profile; see var/bench/py-spy-raw.log")
+        print(f"profile: py-spy wrote no profile; see {LOG_DIR}/py-spy-*-raw.log")
         return
     own: Counter = Counter()
     by_category: Counter = Counter()
@@ -598,7 +738,7 @@ def report_profile(procs: list[subprocess.Popen], raw: Path | None, top: int = 2
         print(f"  {100 * count / total:5.1f}%  {frame}")
 
 
-# --- The three measurements ---------------------------------------------------------------------
+# --- The measurements ---------------------------------------------------------------------------
 
 
 def base_env(database_url: str, settings_module: str) -> dict[str, str]:
@@ -618,52 +758,76 @@ def base_env(database_url: str, settings_module: str) -> dict[str, str]:
 SETUP_SHELL = (
     "from broker.services.admin import producer_group_create, topic_create\n"
     f"topic_create(name={TOPIC!r}, queue_nums=4)\n"
+    f"topic_create(name={BATCH_TOPIC!r}, queue_nums=4)\n"
     f"producer_group_create(name={GROUP!r}, check_url=None)\n"
 )
 
 
-def verify_halfmoon(pg: Pg, counted_commits: int, connections: int) -> bool:
-    """Check with SQL that every COMMITTED transaction on BenchTopic was delivered exactly once
-    and nothing else was; print the figures. Returns True when they match."""
+def verify_halfmoon(
+    pg: Pg,
+    counted_commits: int,
+    connections: int,
+    *,
+    topic: str = TOPIC,
+    in_flight: int | None = None,
+) -> bool:
+    """Check with SQL that every COMMITTED transaction on ``topic`` was delivered exactly once
+    on it and nothing else was; print the figures.
+
+    Args:
+        counted_commits: commits the load generator saw answered (warmup included).
+        connections: wrk connections; a commit in flight when wrk stops is done by the server
+            but not counted, so up to ``in_flight`` (default 2 per connection) more may be
+            COMMITTED than counted.
+        topic: the real topic of the transactions checked (BenchTopic, or BenchBatchTopic for
+            the batch phase).
+        in_flight: how many more commits than counted are allowed (a batch phase: one
+            end-batch per connection).
+
+    Returns:
+        True when COMMITTED transactions, delivered messages, their distinct msg_ids and the
+        topic's queue offsets are one number, no delivery lacks a commit, no commit lacks a
+        delivery, and that number is within the counted range.
+    """
+    slack = 2 * connections if in_flight is None else in_flight
     with pg.connect(pg.dbname) as conn:
         committed = conn.execute(
             "SELECT count(*) FROM broker_transaction WHERE topic = %s AND state = 'COMMITTED'",
-            [TOPIC],
+            [topic],
         ).fetchone()[0]
         prepared = conn.execute(
             "SELECT count(*) FROM broker_transaction WHERE topic = %s AND state = 'PREPARED'",
-            [TOPIC],
+            [topic],
         ).fetchone()[0]
         delivered, distinct_ids = conn.execute(
             "SELECT count(*), count(DISTINCT msg_id) FROM broker_message WHERE topic = %s",
-            [TOPIC],
+            [topic],
         ).fetchone()
         orphans = conn.execute(
             "SELECT count(*) FROM broker_message m WHERE m.topic = %s AND NOT EXISTS ("
             " SELECT 1 FROM broker_transaction t WHERE t.transaction_id = m.msg_id"
-            " AND t.state = 'COMMITTED')",
-            [TOPIC],
+            " AND t.topic = m.topic AND t.state = 'COMMITTED')",
+            [topic],
         ).fetchone()[0]
         undelivered = conn.execute(
             "SELECT count(*) FROM broker_transaction t WHERE t.topic = %s"
             " AND t.state = 'COMMITTED' AND NOT EXISTS (SELECT 1 FROM broker_message m"
             " WHERE m.topic = t.topic AND m.msg_id = t.transaction_id)",
-            [TOPIC],
+            [topic],
         ).fetchone()[0]
         queue_total = conn.execute(
             "SELECT coalesce(sum(max_offset), 0) FROM broker_consumequeue WHERE topic = %s",
-            [TOPIC],
+            [topic],
         ).fetchone()[0]
-    # A commit in flight when wrk stops is done by the server but not counted by wrk.
     ok = (
         committed == delivered == distinct_ids == queue_total
         and orphans == 0
         and undelivered == 0
-        and counted_commits <= committed <= counted_commits + 2 * connections
+        and counted_commits <= committed <= counted_commits + slack
     )
     print(
-        f"halfmoon verify: COMMITTED transactions {committed} (wrk counted {counted_commits}), "
-        f"delivered messages on {TOPIC} {delivered} ({distinct_ids} distinct msg_ids, "
+        f"halfmoon verify {topic}: COMMITTED transactions {committed} (wrk counted "
+        f"{counted_commits}), delivered messages {delivered} ({distinct_ids} distinct msg_ids, "
         f"queue offsets {queue_total}), delivered without a commit {orphans}, committed without "
         f"a delivery {undelivered}, still PREPARED {prepared}: {'OK' if ok else 'MISMATCH'}"
     )
@@ -688,8 +852,8 @@ def run_inprocess(target: str, env: dict[str, str], token: str, repeat: int) -> 
 
 
 def broker_database_prepare(pg: Pg, env: dict[str, str]) -> str:
-    """Recreate ``pg.dbname``, migrate it, create BenchTopic and BenchGroup, and return the token
-    of a new access key for BenchGroup."""
+    """Recreate ``pg.dbname``, migrate it, create BenchTopic, BenchBatchTopic and BenchGroup, and
+    return the token of a new access key for BenchGroup."""
     pg.recreate(pg.dbname)
     manage = [sys.executable, str(ROOT / "manage.py")]
     run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
@@ -698,44 +862,156 @@ def broker_database_prepare(pg: Pg, env: dict[str, str]) -> str:
     return out.strip().splitlines()[-1].strip()
 
 
-def measure_halfmoon(pg: Pg, args: argparse.Namespace) -> WrkResult:
-    """Set up the bench database, serve Halfmoon, warm up, measure, verify."""
-    log = LOG_DIR / "halfmoon-uvicorn.log"
-    wrk_log = LOG_DIR / "halfmoon-wrk.log"
+# How Halfmoon's API can be served; the first is production's (deploy/supervisord.conf "web").
+SERVINGS = {
+    "uvicorn": "uvicorn --workers 2, halfmoon.asgi, Django's psycopg pool",
+    "gunicorn-sync": "gunicorn --workers 2 sync, halfmoon.wsgi, HALFMOON_SERVER=wsgi "
+    "(CONN_MAX_AGE persistent connections)",
+    "granian-wsgi": "granian --workers 2 --interface wsgi --blocking-threads 1, halfmoon.wsgi, "
+    "HALFMOON_SERVER=wsgi (CONN_MAX_AGE)",
+    "granian-asgi": "granian --workers 2 --interface asgi, halfmoon.asgi, Django's psycopg pool",
+}
+
+
+def start_halfmoon(serving: str, env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    """Serve Halfmoon's API as ``serving`` (a key of SERVINGS) says; WSGI servings get
+    ``HALFMOON_SERVER=wsgi`` (halfmoon/settings.py: a persistent connection per process, no
+    pool)."""
+    env = dict(env)
+    if serving == "uvicorn":
+        return start_uvicorn("halfmoon.asgi:application", env, port, log)
+    if serving == "gunicorn-sync":
+        env["HALFMOON_SERVER"] = "wsgi"
+        return start_gunicorn("halfmoon.wsgi:application", env, port, log)
+    if serving == "granian-wsgi":
+        env["HALFMOON_SERVER"] = "wsgi"
+        return start_granian("halfmoon.wsgi:application", "wsgi", env, port, log)
+    if serving == "granian-asgi":
+        return start_granian("halfmoon.asgi:application", "asgi", env, port, log)
+    raise ValueError(f"unknown serving {serving!r}")
+
+
+@dataclass
+class HalfmoonRun:
+    """The figures of one Halfmoon server: per request, and (when measured) in batches."""
+
+    per_request: WrkResult
+    batch: WrkResult | None
+    verified: bool
+
+
+def measure_halfmoon(
+    pg: Pg,
+    args: argparse.Namespace,
+    *,
+    serving: str = "uvicorn",
+    batch: bool = True,
+    inprocess: bool = True,
+) -> HalfmoonRun:
+    """Set up the bench database, serve Halfmoon as ``serving``, measure transactions per
+    request (tx.lua), then, when ``batch``, messages in batches of ``args.batch_size``
+    (batch.lua) on the same server; verify each phase's topic afterwards."""
+    label = "halfmoon" if serving == "uvicorn" else f"halfmoon {serving}"
+    log = LOG_DIR / f"halfmoon-{serving}.log"
+    wrk_log = LOG_DIR / f"halfmoon-{serving}-wrk.log"
     wrk_log.write_text("")
     env = base_env(pg.url_for(pg.dbname), "halfmoon.settings")
     t0 = time.monotonic()
     token = broker_database_prepare(pg, env)
-    print(f"halfmoon: database {pg.dbname} recreated and migrated in {time.monotonic() - t0:.1f} s")
+    print(f"{label}: database {pg.dbname} recreated and migrated in {time.monotonic() - t0:.1f} s")
 
     port = free_port()
-    server = start_uvicorn("halfmoon.asgi:application", env, port, log)
+    server = start_halfmoon(serving, env, port, log)
+    batch_warm = batch_result = None
     try:
         wait_http(port, "/healthz", server, log)
         warm = run_wrk(port, "halfmoon", "w", token, args.warmup, args.connections, wrk_log)
         print(
-            f"halfmoon: warmup {args.warmup:g} s, {warm.committed} committed, "
-            f"non-2xx {warm.non_2xx}"
+            f"{label}: warmup {args.warmup:g} s, {warm.committed} committed, non-2xx {warm.non_2xx}"
         )
-        profilers, raw = start_profilers(server.pid, args.duration) if args.profile else ([], None)
+        profile = args.profile and serving == "uvicorn"
+        profilers, raw = start_profilers(server.pid, args.duration) if profile else ([], None)
         meter = CpuMeter(pg, pg.dbname, server.pid)
         meter.start()
         result = run_wrk(port, "halfmoon", "b", token, args.duration, args.connections, wrk_log)
         result.server_cpu_s, result.database_cpu_s = meter.stop()
-        if args.profile:
+        if profile:
             report_profile(profilers, raw)
+        print(result.describe(label))
+        if batch:
+            size = args.batch_size
+            batch_warm = run_wrk(
+                port, "batch", "bw", token, args.warmup, args.connections, wrk_log, batch_size=size
+            )
+            print(
+                f"{label} batch: warmup {args.warmup:g} s, {batch_warm.committed} messages "
+                f"committed, non-2xx {batch_warm.non_2xx}"
+            )
+            profilers, raw = (
+                start_profilers(server.pid, args.duration, "halfmoon-batch")
+                if profile
+                else ([], None)
+            )
+            meter.start()
+            batch_result = run_wrk(
+                port,
+                "batch",
+                "bb",
+                token,
+                args.duration,
+                args.connections,
+                wrk_log,
+                batch_size=size,
+            )
+            batch_result.server_cpu_s, batch_result.database_cpu_s = meter.stop()
+            if profile:
+                report_profile(profilers, raw)
+            print(batch_result.describe(f"{label} batch of {size}", unit="msg"))
+            print(
+                f"{label} batch of {size}: {batch_result.requests / batch_result.duration_s:.1f} "
+                f"requests/s = batches + end-batches (latency above is per batch request); "
+                f"half items not stored {batch_result.create_failed}, end items not COMMITTED "
+                f"{batch_result.end_failed}"
+            )
     finally:
         CHILDREN.stop(server)
-    print(result.describe("halfmoon"))
-    verify_halfmoon(pg, warm.committed + result.committed, args.connections)
-    run_inprocess("halfmoon", env, token, args.inprocess)
-    return result
+    verified = verify_halfmoon(pg, warm.committed + result.committed, args.connections)
+    if batch_result is not None and batch_warm is not None:
+        verified &= verify_halfmoon(
+            pg,
+            batch_warm.committed + batch_result.committed,
+            args.connections,
+            topic=BATCH_TOPIC,
+            in_flight=args.connections * args.batch_size,
+        )
+    if inprocess:
+        run_inprocess("halfmoon", env, token, args.inprocess)
+    return HalfmoonRun(result, batch_result, verified)
 
 
-def measure_bare(pg: Pg, args: argparse.Namespace) -> WrkResult:
-    """Serve bench/bare (same serving and pool as Halfmoon) and drive it the same way."""
-    log = LOG_DIR / "bare-uvicorn.log"
-    wrk_log = LOG_DIR / "bare-wrk.log"
+BARE_WSGI_SETTINGS = '''"""Written by bench/throughput.py: bench/bare's settings as gunicorn sync workers serve them,
+like halfmoon/settings.py with HALFMOON_SERVER=wsgi: one persistent connection per process."""
+
+from bare.settings import *  # noqa: F403
+
+DATABASES["default"]["CONN_MAX_AGE"] = 600  # noqa: F405
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # noqa: F405
+DATABASES["default"].get("OPTIONS", {}).pop("pool", None)  # noqa: F405
+'''
+
+BARE_SERVINGS = {
+    "gunicorn-sync": "gunicorn --workers 2 sync, CONN_MAX_AGE persistent connections",
+    "uvicorn": "uvicorn --workers 2, ASGI, Django's psycopg pool",
+}
+
+
+def measure_bare(pg: Pg, args: argparse.Namespace, serving: str = "gunicorn-sync") -> WrkResult:
+    """Serve bench/bare as ``serving`` (gunicorn sync x2 with ``CONN_MAX_AGE``: the fastest
+    standard serving measured for it, ../shared/reference/performance-notes.md; or uvicorn x2
+    with the pool) and drive it with tx.lua as Halfmoon is driven."""
+    label = f"bare django {serving}"
+    log = LOG_DIR / f"bare-{serving}.log"
+    wrk_log = LOG_DIR / f"bare-{serving}-wrk.log"
     wrk_log.write_text("")
     dbname = f"{pg.dbname}_bare"
     pg.recreate(dbname)
@@ -746,13 +1022,22 @@ def measure_bare(pg: Pg, args: argparse.Namespace) -> WrkResult:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH_DIR), env.get("PYTHONPATH")]))
 
     port = free_port()
-    server = start_uvicorn("bare.asgi:application", env, port, log)
+    if serving == "gunicorn-sync":
+        (LOG_DIR / "bare_wsgi_settings.py").write_text(BARE_WSGI_SETTINGS)
+        server_env = dict(
+            env,
+            DJANGO_SETTINGS_MODULE="bare_wsgi_settings",
+            HALFMOON_DB_POOL="false",
+            PYTHONPATH=os.pathsep.join([str(LOG_DIR), env["PYTHONPATH"]]),
+        )
+        server = start_gunicorn("django.core.wsgi:get_wsgi_application()", server_env, port, log)
+    else:
+        server = start_uvicorn("bare.asgi:application", env, port, log)
     try:
         wait_http(port, "/bare/insert", server, log)
         warm = run_wrk(port, "bare", "w", "", args.warmup, args.connections, wrk_log)
         print(
-            f"bare django: warmup {args.warmup:g} s, {warm.committed} committed, "
-            f"non-2xx {warm.non_2xx}"
+            f"{label}: warmup {args.warmup:g} s, {warm.committed} committed, non-2xx {warm.non_2xx}"
         )
         meter = CpuMeter(pg, dbname, server.pid)
         meter.start()
@@ -760,16 +1045,185 @@ def measure_bare(pg: Pg, args: argparse.Namespace) -> WrkResult:
         result.server_cpu_s, result.database_cpu_s = meter.stop()
     finally:
         CHILDREN.stop(server)
-    print(result.describe("bare django"))
+    print(result.describe(label))
     with pg.connect(dbname) as conn:
         committed = conn.execute("SELECT count(*) FROM bare_row WHERE state = 'COMMITTED'")
         committed = committed.fetchone()[0]
     print(
-        f"bare django verify: COMMITTED rows {committed} "
-        f"(wrk counted {warm.committed + result.committed})"
+        f"{label} verify: COMMITTED rows {committed} (wrk counted {warm.committed + result.committed})"
     )
-    run_inprocess("bare", env, "", args.inprocess)
+    if args.inprocess and serving == args.bare_servings[0]:
+        run_inprocess("bare", env, "", args.inprocess)
     return result
+
+
+# --- RabbitMQ -----------------------------------------------------------------------------------
+
+
+def rabbitmq_require(url: str, timeout: float = 60.0) -> None:
+    """Make sure a RabbitMQ broker answers at ``url``: if none does, start the local one
+    (``service rabbitmq-server start``, else ``rabbitmq-server -detached``; it keeps running
+    after the bench, as a system service) and wait for it.
+
+    Raises:
+        SystemExit: pika is not installed, or no broker answers within ``timeout`` s.
+    """
+    try:
+        import pika
+    except ImportError as exc:
+        raise SystemExit("bench: pika is missing: .venv/bin/pip install 'pika>=1.3,<2'") from exc
+
+    def answers() -> bool:
+        try:
+            pika.BlockingConnection(pika.URLParameters(url)).close()
+        except pika.exceptions.AMQPError:
+            return False
+        return True
+
+    if answers():
+        return
+    starts = []
+    if shutil.which("service"):
+        starts.append(["service", "rabbitmq-server", "start"])
+    if shutil.which("rabbitmq-server"):
+        starts.append(["rabbitmq-server", "-detached"])
+    for cmd in starts:
+        print(f"rabbitmq: nothing answers at {url}; {' '.join(cmd)}")
+        subprocess.run(cmd, capture_output=True, check=False, timeout=120)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if answers():
+                return
+            time.sleep(1.0)
+    raise SystemExit(
+        f"bench: no RabbitMQ answers at {url} and it could not be started here; start it "
+        "(`rabbitmq-server -detached` or `service rabbitmq-server start`) or set RABBITMQ_URL"
+    )
+
+
+def _rabbitmq_publishers(
+    url: str, threads: int, start_at: float, warmup: float, duration: float, results: object
+) -> None:
+    """One process of the RabbitMQ phase: ``threads`` publishers, each on its own connection,
+    publish a persistent 1 KB message then ``tx.commit`` in a loop from ``start_at`` (monotonic
+    clock, shared by the processes) for ``warmup + duration`` s. Puts ``(window commits, total
+    commits, latencies in s of the window's commits, errors)`` on the ``results`` queue."""
+    import pika
+
+    window_from, window_to = start_at + warmup, start_at + warmup + duration
+    totals = {"window": 0, "total": 0}
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def publisher() -> None:
+        window = total = 0
+        mine: list[float] = []
+        try:
+            connection = pika.BlockingConnection(pika.URLParameters(url))
+            channel = connection.channel()
+            channel.tx_select()
+            properties = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent)
+            body = b"x" * 1024
+            while time.monotonic() < start_at:
+                time.sleep(0.005)
+            while (began := time.monotonic()) < window_to:
+                channel.basic_publish("", RABBITMQ_QUEUE, body, properties)
+                channel.tx_commit()
+                total += 1
+                ended = time.monotonic()
+                if window_from <= ended <= window_to:
+                    window += 1
+                    mine.append(ended - began)
+            connection.close()
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the phase
+            errors.append(f"{type(exc).__name__}: {exc}")
+        with lock:
+            totals["window"] += window
+            totals["total"] += total
+            latencies.extend(mine)
+
+    workers = [threading.Thread(target=publisher) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    results.put((totals["window"], totals["total"], latencies, errors))  # type: ignore[attr-defined]
+
+
+def measure_rabbitmq(args: argparse.Namespace) -> tuple[float, bool]:
+    """RabbitMQ's transactional publish: ``args.connections`` publishers (pika, one connection
+    each, spread over ``args.rabbitmq_processes`` processes), a durable queue, persistent 1 KB
+    messages, one ``basic.publish`` + ``tx.commit`` per transaction. Verifies that the queue then
+    holds exactly the committed messages.
+
+    Returns:
+        Commits per second of the measured window (after ``args.warmup``), and whether the queue
+        held exactly the acknowledged commits with no publisher failing.
+    """
+    import pika
+
+    url = os.environ.get("RABBITMQ_URL") or DEFAULT_RABBITMQ_URL
+    rabbitmq_require(url)
+    admin = pika.BlockingConnection(pika.URLParameters(url))
+    channel = admin.channel()
+    channel.queue_declare(RABBITMQ_QUEUE, durable=True)
+    channel.queue_purge(RABBITMQ_QUEUE)
+
+    processes = max(1, min(args.rabbitmq_processes, args.connections))
+    per_process = [args.connections // processes] * processes
+    for i in range(args.connections % processes):
+        per_process[i] += 1
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    start_at = time.monotonic() + 2.0  # time for every publisher to connect first
+    procs = [
+        context.Process(
+            target=_rabbitmq_publishers,
+            args=(url, n, start_at, args.warmup, args.duration, results),
+            daemon=True,
+        )
+        for n in per_process
+    ]
+    for proc in procs:
+        proc.start()
+    gathered = []
+    try:
+        for _ in procs:
+            gathered.append(results.get(timeout=args.warmup + args.duration + 120))
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+    window = sum(g[0] for g in gathered)
+    total = sum(g[1] for g in gathered)
+    latencies = sorted(x for g in gathered for x in g[2])
+    errors = [e for g in gathered for e in g[3]]
+    queued = channel.queue_declare(RABBITMQ_QUEUE, durable=True, passive=True).method.message_count
+    channel.queue_delete(RABBITMQ_QUEUE)
+    admin.close()
+
+    tps = window / args.duration
+
+    def pct(q: float) -> float:
+        if not latencies:
+            return 0.0
+        return 1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+
+    print(
+        f"rabbitmq: {tps:.1f} tx/s ({window} publish + tx.commit in {args.duration:g} s; "
+        f"{args.connections} publishers in {processes} processes), latency per commit "
+        f"p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms"
+    )
+    ok = queued == total and not errors
+    print(
+        f"rabbitmq verify: messages in {RABBITMQ_QUEUE} {queued}, commits acknowledged {total}, "
+        f"publisher errors {len(errors)}: {'OK' if ok else 'MISMATCH'}"
+    )
+    for error in sorted(set(errors))[:3]:
+        print(f"rabbitmq: publisher error: {error}")
+    return tps, ok
 
 
 def _read_constant(path: Path, name: str) -> str:
@@ -845,14 +1299,80 @@ def measure_pg(pg: Pg, args: argparse.Namespace) -> float:
     return tps
 
 
+def serving_compare(pg: Pg, args: argparse.Namespace) -> tuple[dict[str, float], bool]:
+    """Halfmoon per request under each serving of SERVINGS (granian's only when it is
+    installed), each on a fresh database, verified; print one line per serving.
+
+    Returns:
+        transactions/s by serving, and whether every verification passed.
+    """
+    servings = ["uvicorn", "gunicorn-sync"]
+    if importlib.util.find_spec("granian") is not None:
+        servings += ["granian-wsgi", "granian-asgi"]
+    else:
+        print("serving: granian is not installed (.venv/bin/pip install granian); skipped")
+    figures: dict[str, float] = {}
+    results: dict[str, WrkResult] = {}
+    verified = True
+    for serving in servings:
+        print(f"serving {serving}: {SERVINGS[serving]}")
+        try:
+            measured = measure_halfmoon(pg, args, serving=serving, batch=False, inprocess=False)
+        except RuntimeError as exc:
+            print(f"serving {serving}: failed: {exc}")
+            verified = False
+            continue
+        results[serving] = measured.per_request
+        figures[serving] = measured.per_request.tx_per_s
+        verified &= measured.verified
+    print("serving: Halfmoon per request (half + commit), one line per server:")
+    for serving, result in results.items():
+        cpu = (
+            f"{1000 * result.server_cpu_s / result.committed:.2f} ms server CPU/tx"
+            if result.server_cpu_s is not None and result.committed
+            else "CPU n/a"
+        )
+        print(
+            f"  {serving:14} {result.tx_per_s:8.1f} tx/s  p50 {result.p50_ms:6.1f} ms  "
+            f"p99 {result.p99_ms:6.1f} ms  non-2xx {result.non_2xx}  {cpu}"
+        )
+    return figures, verified
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the three measurements and print the summary line last."""
+    """Run the measurements and print the summary line last.
+
+    Returns:
+        0, or 1 when a verification found a mismatch (the figures are printed anyway).
+    """
     parser = argparse.ArgumentParser(
-        description="Halfmoon transactional-send throughput vs bare Django and PostgreSQL."
+        description="Halfmoon transactional-send throughput vs bare Django, RabbitMQ and "
+        "PostgreSQL."
     )
     parser.add_argument("--duration", type=float, default=20, help="seconds per measurement")
+    parser.add_argument(
+        "--seconds", type=float, dest="duration", default=argparse.SUPPRESS, help="= --duration"
+    )
     parser.add_argument("--warmup", type=float, default=3, help="seconds of uncounted warmup")
     parser.add_argument("--connections", type=int, default=32, help="concurrent producers")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="half messages per batch (and ends per end-batch) in the batch phase",
+    )
+    parser.add_argument(
+        "--bare-servings",
+        default="gunicorn-sync",
+        help="comma-separated servings of the bare baseline, of "
+        f"{','.join(BARE_SERVINGS)}; bare_best_tx_per_s is the best",
+    )
+    parser.add_argument(
+        "--rabbitmq-processes",
+        type=int,
+        default=4,
+        help="processes the RabbitMQ publishers (--connections of them) are spread over",
+    )
     parser.add_argument(
         "--inprocess",
         type=int,
@@ -863,35 +1383,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="py-spy one uvicorn worker during the Halfmoon measurement",
+        help="py-spy one uvicorn worker during each Halfmoon measurement (per request, batch)",
+    )
+    parser.add_argument(
+        "--serving-compare",
+        action="store_true",
+        help="instead: Halfmoon per request under uvicorn, gunicorn sync and granian",
     )
     args = parser.parse_args(argv)
     if args.duration < 1 or args.warmup < 1 or args.connections < 1:
         parser.error("--duration and --warmup must be >= 1 s, --connections >= 1")
+    if not 1 <= args.batch_size <= 128:
+        parser.error("--batch-size must be 1..128 (HALFMOON_BATCH_MAX_MESSAGES' default)")
+    args.bare_servings = [s.strip() for s in args.bare_servings.split(",") if s.strip()]
+    if not args.bare_servings or set(args.bare_servings) - set(BARE_SERVINGS):
+        parser.error(f"--bare-servings: a comma-separated list of {', '.join(BARE_SERVINGS)}")
 
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    wrk_require()
     pg = Pg.parse(os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL)
     print(
         f"bench: {args.connections} connections, {args.duration:g} s per measurement after "
-        f"{args.warmup:g} s warmup, uvicorn --workers {UVICORN_WORKERS}, {os.cpu_count()} CPUs, "
+        f"{args.warmup:g} s warmup, {UVICORN_WORKERS} server workers, {os.cpu_count()} CPUs, "
         f"PostgreSQL {pg.host}:{pg.port}/{pg.dbname}; logs in {LOG_DIR}"
     )
+    if args.serving_compare:
+        try:
+            figures, verified = serving_compare(pg, args)
+        finally:
+            CHILDREN.stop_all()
+        fastest = max(figures, key=figures.get) if figures else "none"
+        print(
+            " ".join(f"{name.replace('-', '_')}_tx_per_s={tx:.1f}" for name, tx in figures.items())
+            + f" fastest={fastest}"
+        )
+        return 0 if verified else 1
+
     try:
         halfmoon = measure_halfmoon(pg, args)
-        bare = measure_bare(pg, args)
+        bare = {serving: measure_bare(pg, args, serving) for serving in args.bare_servings}
+        rabbitmq_tx, rabbitmq_ok = measure_rabbitmq(args)
         pg_tps = measure_pg(pg, args)
     finally:
         CHILDREN.stop_all()
-    tx, bare_tx = halfmoon.tx_per_s, bare.tx_per_s
-    ratio_bare = tx / bare_tx if bare_tx else 0.0
+    tx = halfmoon.per_request.tx_per_s
+    batch_msgs = halfmoon.batch.tx_per_s if halfmoon.batch else 0.0
+    bare_best = max(result.tx_per_s for result in bare.values())
+    ratio_bare = tx / bare_best if bare_best else 0.0
+    ratio_rabbitmq = batch_msgs / rabbitmq_tx if rabbitmq_tx else 0.0
     ratio_pg = tx / (pg_tps / 2) if pg_tps else 0.0
+    verified = halfmoon.verified and rabbitmq_ok
     print(
-        f"tx_per_s={tx:.1f} bare_django_tx_per_s={bare_tx:.1f} pg_ceiling_per_s={pg_tps:.1f} "
-        f"ratio_bare={ratio_bare:.3f} ratio_pg={ratio_pg:.3f}"
+        f"also: pg_ceiling_per_s={pg_tps:.1f} ratio_pg={ratio_pg:.3f} "
+        f"batch_vs_per_request={batch_msgs / tx if tx else 0.0:.2f} "
+        f"bare_by_serving={','.join(f'{k}:{v.tx_per_s:.1f}' for k, v in bare.items())} "
+        f"verified={'OK' if verified else 'MISMATCH'}"
     )
-    return 0
+    print(
+        f"tx_per_s={tx:.1f} bare_best_tx_per_s={bare_best:.1f} batch_msgs_per_s={batch_msgs:.1f} "
+        f"rabbitmq_tx_per_s={rabbitmq_tx:.1f} ratio_bare={ratio_bare:.3f} "
+        f"ratio_rabbitmq={ratio_rabbitmq:.3f}"
+    )
+    return 0 if verified else 1
 
 
 if __name__ == "__main__":

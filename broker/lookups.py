@@ -136,6 +136,13 @@ _access_key_generation = _AccessKeyGeneration()
 os.register_at_fork(after_in_child=lambda: _access_key_generation._reset())
 
 
+def access_key_generation_refresh() -> None:
+    """Read the access keys' generation from Redis now, whatever its age (after a key changed,
+    so that this process caches keys under the generation every process will read next)."""
+    with _access_key_generation._lock:
+        _access_key_generation._read()
+
+
 def _access_key_cache_key(token_hash: str) -> str:
     return f"accesskey:{_access_key_generation.current()}:{token_hash}"
 

@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.core.handlers.asgi import ASGIRequest
+from django.urls import Resolver404, resolve
 
 from broker.api.exceptions import error_body
 from broker.api.parsers import request_too_large
@@ -165,6 +166,28 @@ class BodyLengthASGIRequest(ASGIRequest):
 
 class ASGIHandler(DjangoASGIHandler):
     """Django's ASGI handler with ``BodyLengthASGIRequest``. Make it after ``django.setup()``
-    (``django.core.asgi.get_asgi_application`` does the same for Django's own)."""
+    (``django.core.asgi.get_asgi_application`` does the same for Django's own).
+
+    A long poll (a view marked ``long_poll``, ``broker.api.views_poll``) is served without
+    Django's per-request ``ThreadSensitiveContext``: inside one, the request's first
+    thread-sensitive call (a signal receiver, a middleware hook) starts a thread of its own
+    that lives until the request ends, so hundreds of waiting receives would hold hundreds of
+    idle threads. Without it those short calls share asgiref's one thread-sensitive thread,
+    and the long poll's reads run in the event loop's worker pool.
+    """
 
     request_class = BodyLengthASGIRequest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request (Django's ``__call__``, see the class docstring)."""
+        if scope["type"] == "http" and _is_long_poll(scope["path"]):
+            await self.handle(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def _is_long_poll(path: str) -> bool:
+    try:
+        return getattr(resolve(path).func, "long_poll", False)
+    except Resolver404:
+        return False

@@ -121,8 +121,8 @@ TEMPLATES = [
 # Embedded default: a SQLite file under var/, in WAL mode, every transaction BEGIN IMMEDIATE so
 # that a writer holds the write lock from its first statement (the broker's read-then-write
 # services then see no lost updates). PostgreSQL (DATABASE_URL=postgres://...) for production
-# and the tests, set up per server kind (HALFMOON_SERVER, set by deploy/supervisord.conf and
-# deploy/systemd; docs/operations.md "Serving"):
+# and the tests, set up per server kind (HALFMOON_SERVER; docs/operations.md "Serving: what was
+# measured"):
 # - "asgi" (the default: uvicorn, Celery, manage.py): Django's psycopg connection pool; under
 #   ASGI each request runs in a fresh thread, so CONN_MAX_AGE would open a connection per request
 #   (../shared/reference/performance-notes.md);

@@ -17,6 +17,7 @@ the DRF view's ``cls`` and ``initkwargs`` so the OpenAPI document still sees it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,14 +74,16 @@ def _failed(response: Response, exc: Exception) -> HttpResponseBase:
     return view.finalize_response(request, answer, *context["args"], **context["kwargs"])
 
 
-def _serve_blocking(sync_view: Callable[..., Any], request: HttpRequest, **kwargs: Any) -> Any:
+def _serve_blocking(
+    sync_view: Callable[..., Any], request: HttpRequest, started: float, **kwargs: Any
+) -> Any:
     response = sync_view(request, **kwargs)
     if not isinstance(response, LongPollResponse):
         return response
     poll = response.poll
     try:
         response.data = poll.body(
-            poll_until(poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel)
+            poll_until(poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel, started=started)
         )
     except Exception as exc:  # noqa: BLE001 - answered as the DRF view would, or re-raised
         return _failed(response, exc)
@@ -95,14 +98,18 @@ def _in_worker(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         connection.close()
 
 
-async def _serve_async(sync_view: Callable[..., Any], request: HttpRequest, **kwargs: Any) -> Any:
+async def _serve_async(
+    sync_view: Callable[..., Any], request: HttpRequest, started: float, **kwargs: Any
+) -> Any:
     worker = sync_to_async(_in_worker, thread_sensitive=False)
     response = await worker(sync_view, request, **kwargs)
     if not isinstance(response, LongPollResponse):
         return response
     poll = response.poll
     try:
-        found = await poll_until_async(poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel)
+        found = await poll_until_async(
+            poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel, started=started
+        )
     except Exception as exc:  # noqa: BLE001 - answered as the DRF view would, or re-raised
         return await worker(_failed, response, exc)
     response.data = poll.body(found)
@@ -114,12 +121,14 @@ def long_poll_view(sync_view: Callable[..., Any]) -> Callable[..., Any]:
     ``LongPollResponse`` or any other response): see the module docstring."""
 
     async def view(request: HttpRequest, **kwargs: Any) -> Any:
+        started = time.monotonic()  # wait_ms counts from here, queued time included
         if isinstance(request, ASGIRequest):
-            return await _serve_async(sync_view, request, **kwargs)
-        return await sync_to_async(_serve_blocking)(sync_view, request, **kwargs)
+            return await _serve_async(sync_view, request, started, **kwargs)
+        return await sync_to_async(_serve_blocking)(sync_view, request, started, **kwargs)
 
     for attribute in ("cls", "initkwargs", "csrf_exempt", "__name__", "__qualname__", "__doc__"):
         setattr(view, attribute, getattr(sync_view, attribute))
+    view.long_poll = True  # type: ignore[attr-defined] - halfmoon.body_limit.ASGIHandler
     return view
 
 

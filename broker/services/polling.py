@@ -3,7 +3,8 @@ under ASGI, without holding a thread (``broker.services.wakeups``).
 
 A long poll reads the database, and while it finds nothing waits for a wake-up on its channel
 (published after a commit made something visible), re-reading at the latest every
-``FALLBACK_RECHECK_S`` (redeliveries, Redis away), never past ``wait_ms``.
+``HELD_RECHECK_S`` (5 s: redeliveries publish nothing) while subscribed, every
+``FALLBACK_RECHECK_S`` (1 s) while Redis is away, never past ``wait_ms``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TypeVar
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from broker.services.wakeups import FALLBACK_RECHECK_S, SyncListener, wakeup_hub
+from broker.services.wakeups import SyncListener, wakeup_hub
 
 T = TypeVar("T")
 
@@ -27,15 +28,27 @@ def _release_connection() -> None:
         connection.close()
 
 
-def poll_until(fetch: Callable[[], list[T]], *, wait_ms: int, channel: str) -> list[T]:
+def _deadline(wait_ms: int, started: float | None) -> float:
+    # wait_ms counts from the request's arrival (``started``, time.monotonic() seconds), so time
+    # spent queued for a worker thread before the first read is not waited again on top.
+    return (time.monotonic() if started is None else started) + wait_ms / 1000
+
+
+def poll_until(
+    fetch: Callable[[], list[T]], *, wait_ms: int, channel: str, started: float | None = None
+) -> list[T]:
     """Blocking long poll (WSGI): call ``fetch`` until it returns something or ``wait_ms`` ms
-    have passed, waiting between tries for a wake-up on ``channel`` (``wakeups``), at most
-    ``FALLBACK_RECHECK_S``. Returns the last result (possibly empty); ``fetch``'s errors
-    propagate. Holds the calling thread, and a Redis connection while it waits.
+    have passed since ``started`` (``time.monotonic()`` seconds when the request arrived;
+    default: now), waiting between tries for a wake-up on ``channel`` (``wakeups``), at most
+    ``listener.recheck_s()`` (5 s subscribed, 1 s while Redis is away). ``fetch`` runs at
+    least once, and not again at the deadline unless a wake-up came (hundreds of waiters timing
+    out together would otherwise all read at once; a redelivery due meanwhile waits for the
+    next poll). Returns the last result (possibly empty); ``fetch``'s errors propagate. Holds the calling thread, and a Redis connection
+    while it waits.
     """
     if wait_ms <= 0:
         return fetch()
-    deadline = time.monotonic() + wait_ms / 1000
+    deadline = _deadline(wait_ms, started)
     with SyncListener(channel) as listener:  # subscribed before the first read: nothing missed
         while True:
             result = fetch()
@@ -43,7 +56,9 @@ def poll_until(fetch: Callable[[], list[T]], *, wait_ms: int, channel: str) -> l
             if result or remaining <= 0:
                 return result
             _release_connection()
-            listener.wait(min(FALLBACK_RECHECK_S, remaining))
+            woken = listener.wait(min(listener.recheck_s(), remaining))
+            if not woken and time.monotonic() >= deadline:
+                return result  # nothing published since the last read: no read at the deadline
 
 
 def _fetch_released(fetch: Callable[[], list[T]]) -> list[T]:
@@ -53,7 +68,9 @@ def _fetch_released(fetch: Callable[[], list[T]]) -> list[T]:
         _release_connection()
 
 
-async def poll_until_async(fetch: Callable[[], list[T]], *, wait_ms: int, channel: str) -> list[T]:
+async def poll_until_async(
+    fetch: Callable[[], list[T]], *, wait_ms: int, channel: str, started: float | None = None
+) -> list[T]:
     """Async long poll (ASGI): as ``poll_until``, but each ``fetch`` runs in a worker thread of
     the event loop's shared pool (``sync_to_async(thread_sensitive=False)``, its database
     connection released after each try) and the wait between tries is an ``await`` on the
@@ -64,11 +81,13 @@ async def poll_until_async(fetch: Callable[[], list[T]], *, wait_ms: int, channe
     try_once = sync_to_async(_fetch_released, thread_sensitive=False)
     if wait_ms <= 0:
         return await try_once(fetch)
-    deadline = time.monotonic() + wait_ms / 1000
+    deadline = _deadline(wait_ms, started)
     with wakeup_hub().listen(channel) as listener:  # before the first read: nothing missed
         while True:
             result = await try_once(fetch)
             remaining = deadline - time.monotonic()
             if result or remaining <= 0:
                 return result
-            await listener.wait(min(FALLBACK_RECHECK_S, remaining))
+            woken = await listener.wait(min(listener.recheck_s(), remaining))
+            if not woken and time.monotonic() >= deadline:
+                return result  # as poll_until: no read at the deadline without a wake-up

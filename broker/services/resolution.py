@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
@@ -36,7 +36,12 @@ from broker.rules.states import (
     state_of_action,
 )
 from broker.services.ops import op_buffer_note
-from broker.services.storage import message_copy, message_copy_cte, message_visible_on_commit
+from broker.services.storage import (
+    message_copy,
+    message_copy_cte,
+    message_deliver_cte,
+    message_visible_on_commit,
+)
 
 logger = logging.getLogger("halfmoon.transactions")
 
@@ -174,6 +179,111 @@ def _resolve_postgresql(
     tx.resolved_by = resolved_by
     tx.resolved_timestamp = now
     tx.next_check_timestamp = None
+
+
+def transaction_resolve_prepared(
+    *,
+    transaction_id: str,
+    producer_group: str,
+    action: ResolvingAction,
+    resolved_by: str,
+    reason: str,
+) -> Transaction | None:
+    """PostgreSQL, outside any database transaction: resolve ``transaction_id`` if it is
+    PREPARED and was sent by ``producer_group``, in one statement that is its own database
+    transaction (no BEGIN, no separate ``SELECT ... FOR UPDATE``, no COMMIT round trips).
+
+    The statement locks the row (``SELECT ... FOR UPDATE`` in its first CTE; under READ
+    COMMITTED a row changed meanwhile by a concurrent end is re-read and, no longer PREPARED,
+    not returned), then writes what ``transaction_resolve_locked`` writes: for a commit the
+    copy of the half message to its real queue (``message_deliver_cte``: the queue counter
+    moves only together with the copy, so offsets stay gap-free), the ``Resolution`` row (Op
+    message source, unique per transaction) and the transaction's new state. The Op buffer note
+    and the announcement follow as in ``transaction_resolve_locked``.
+
+    Returns:
+        the resolved transaction, or None when nothing was written: unknown id, another
+        producer group, not PREPARED, a missing half message or queue, or a constraint refusing
+        a second resolution. The caller then takes the locked path
+        (``broker.services.transactions.transaction_end``), which answers each of these as the
+        contract says (404, 403, 200 for the same action again, 409).
+
+    Raises:
+        RuntimeError: called inside ``transaction.atomic()``.
+    """
+    if connection.in_atomic_block:  # a failed statement would end the caller's transaction
+        raise RuntimeError("transaction_resolve_prepared runs outside transaction.atomic()")
+    state = state_of_action(action)
+    commit = state == TransactionState.COMMITTED
+    table = Transaction._meta.db_table
+    columns = [f.column for f in Transaction._meta.concrete_fields]
+    ctes = [
+        "gate AS (SELECT transaction_id, topic, queue_id, half_queue_id, half_queue_offset, "
+        f"half_commit_log_offset FROM {table} WHERE transaction_id = %s AND producer_group = %s "
+        "AND state = %s FOR UPDATE)"
+    ]
+    params: list[Any] = [transaction_id, producer_group, TransactionState.PREPARED]
+    if commit:
+        cte, cte_params = message_deliver_cte(
+            source="gate",
+            drop_properties=_HALF_ONLY_PROPERTIES,
+            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+            name="delivered",
+        )
+        ctes.append(cte)
+        params += cte_params
+    resolution = Resolution(
+        action=resolution_of_action(action),
+        resolved_by=resolved_by,
+        reason=reason,
+        resolved_timestamp=now_ms(),
+    )
+    names, values = [], []
+    for f in Resolution._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        names.append(connection.ops.quote_name(f.column))
+        if f.attname in _RESOLUTION_FROM_GATE:
+            values.append(f"gate.{_RESOLUTION_FROM_GATE[f.attname]}")
+        else:
+            values.append("%s")
+            params.append(f.get_db_prep_save(getattr(resolution, f.attname), connection))
+    ctes.append(
+        f"resolution AS (INSERT INTO {Resolution._meta.db_table} ({', '.join(names)}) "
+        f"SELECT {', '.join(values)} FROM gate{', delivered' if commit else ''} RETURNING 1)"
+    )
+    queue_offset = "delivered.queue_offset" if commit else "t.queue_offset"
+    sql = (
+        f"WITH {', '.join(ctes)} UPDATE {table} t SET state = %s, resolved_by = %s, "
+        "resolved_timestamp = %s, next_check_timestamp = NULL, "
+        f"queue_offset = {queue_offset} FROM resolution{', delivered' if commit else ''} "
+        f"WHERE t.transaction_id = %s RETURNING {', '.join(f't.{c}' for c in columns)}"
+    )
+    params += [state, resolved_by, resolution.resolved_timestamp, transaction_id]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+    except IntegrityError:  # a second resolution: the locked path says what ended it
+        return None
+    if row is None:
+        return None
+    tx = Transaction.from_db(
+        connection.alias, [f.attname for f in Transaction._meta.concrete_fields], row
+    )
+    if commit:
+        message_visible_on_commit(tx.topic)
+    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
+    transaction_announce(tx, "resolved")
+    return tx
+
+
+# The Resolution columns that come from the locked transaction row (``gate``).
+_RESOLUTION_FROM_GATE = {
+    "transaction_id": "transaction_id",
+    "half_queue_id": "half_queue_id",
+    "half_queue_offset": "half_queue_offset",
+}
 
 
 def transaction_discard(tx: Transaction, *, reason: str) -> None:

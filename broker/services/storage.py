@@ -315,6 +315,40 @@ def message_copy_cte(
     return sql, params
 
 
+def message_deliver_cte(
+    *, source: str, drop_properties: tuple[str, ...], sys_flag: int, name: str
+) -> tuple[str, list[Any]]:
+    """PostgreSQL: the commit's delivery as two CTEs of a larger statement: copy the half
+    message at ``{source}.half_commit_log_offset`` to ``({source}.topic, {source}.queue_id)``,
+    as ``message_copy_cte`` does, with ``prepared_transaction_offset`` the half message's commit
+    log offset. ``source`` names an earlier CTE with one row of those three columns (the locked
+    transaction row); no row there, nothing is written.
+
+    Unlike ``message_copy_cte``, the queue's counter moves only when the half message exists
+    (the half message is joined in ``{name}_slot``): the statement may run as its own database
+    transaction, and a missing half message or queue then leaves no gap in the queue.
+    ``{name}`` returns ``commit_log_offset, queue_offset``; a second delivery of the same half
+    message fails the statement with IntegrityError.
+
+    Returns:
+        (SQL of the two CTEs ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
+    """
+    copied = ", ".join(f"m.{c}" for c in _COPIED_COLUMNS)
+    sql = (
+        f"{name}_slot AS (UPDATE broker_consumequeue q SET max_offset = q.max_offset + 1 "
+        f"FROM {source} g JOIN broker_message h ON h.commit_log_offset = g.half_commit_log_offset "
+        "WHERE q.topic = g.topic AND q.queue_id = g.queue_id "
+        "RETURNING q.max_offset - 1 AS queue_offset, h.commit_log_offset AS source_offset), "
+        f"{name} AS (INSERT INTO broker_message (topic, queue_id, queue_offset, properties, "
+        f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(_COPIED_COLUMNS)}) "
+        f"SELECT g.topic, g.queue_id, s.queue_offset, m.properties - %s::text[], %s, %s, "
+        f"m.commit_log_offset, {copied} FROM {name}_slot s "
+        f"JOIN broker_message m ON m.commit_log_offset = s.source_offset, {source} g "
+        "RETURNING commit_log_offset, queue_offset)"
+    )
+    return sql, [list(drop_properties), sys_flag, now_ms()]
+
+
 # What ``message_copy`` takes from the source message unchanged.
 _COPIED_COLUMNS = (
     "msg_id",

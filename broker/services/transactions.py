@@ -49,6 +49,7 @@ from broker.services.resolution import (
     transaction_discard,
     transaction_event_record,
     transaction_resolve_locked,
+    transaction_resolve_prepared,
 )
 from broker.services.storage import message_append_cte, message_new, message_put, new_msg_id
 from broker.services.validation import action_validate, message_validate
@@ -278,7 +279,10 @@ def transaction_end(
     writes an Op message; rollback writes the Op message only; unknown changes nothing. The
     same action again returns the same state and stores nothing (RocketMQ #5574 stores twice).
     Concurrent ends are serialised by a row lock on the transaction; the unique constraints on
-    ``Resolution`` and ``Message.prepared_transaction_offset`` are the backstop.
+    ``Resolution`` and ``Message.prepared_transaction_offset`` are the backstop. On PostgreSQL,
+    outside a caller's database transaction, a commit or rollback of a PREPARED transaction is
+    one statement (``transaction_resolve_prepared``, which takes the same row lock); every
+    other case takes the locked path below; unknown reads the row without a lock.
 
     Returns:
         the transaction after the end (``state``, ``queue_offset`` of the delivered message).
@@ -293,17 +297,32 @@ def transaction_end(
     """
     action_validate(action, END_ACTIONS)
     by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
+    if (
+        action in RESOLVING_ACTIONS
+        and connection.vendor == "postgresql"
+        and not connection.in_atomic_block
+    ):
+        # The common case in one statement; anything else (not PREPARED, another group, not
+        # found) falls through to the locked path, which answers it.
+        resolved = transaction_resolve_prepared(
+            transaction_id=transaction_id,
+            producer_group=producer_group,
+            action=action,
+            resolved_by=by,
+            reason=remark or "",
+        )
+        if resolved is not None:
+            return resolved
+    if action not in RESOLVING_ACTIONS:  # unknown changes nothing: one read, no lock
+        tx = first_or_not_found(
+            Transaction.objects.filter(pk=transaction_id), "transaction", transaction_id
+        )
+        _producer_group_check(tx, producer_group)
+        return tx
     try:
         with transaction.atomic():
             tx = transaction_get_locked(transaction_id)
-            if tx.producer_group != producer_group:
-                raise Forbidden(
-                    f"Transaction {transaction_id} was sent by another producer group.",
-                    code="producer_group_mismatch",
-                    details={"transaction_id": transaction_id},
-                )
-            if action not in RESOLVING_ACTIONS:  # unknown: the transaction stays PREPARED
-                return tx
+            _producer_group_check(tx, producer_group)
             target = state_of_action(action)
             if tx.state == target:
                 return tx
@@ -314,6 +333,16 @@ def transaction_end(
         _end_refused_record(tx, action=action, actor=by)
         raise
     return tx
+
+
+def _producer_group_check(tx: Transaction, producer_group: str) -> None:
+    """Raises Forbidden ``producer_group_mismatch`` unless ``producer_group`` sent ``tx``."""
+    if tx.producer_group != producer_group:
+        raise Forbidden(
+            f"Transaction {tx.transaction_id} was sent by another producer group.",
+            code="producer_group_mismatch",
+            details={"transaction_id": tx.transaction_id},
+        )
 
 
 def _end_refused_record(tx: Transaction, *, action: str, actor: str) -> None:

@@ -14,7 +14,7 @@ Publishing (``wakeup_on_commit``) happens after the database transaction commits
 (``transaction.on_commit``), once per committed transaction: the channels it touched are
 collected and sent in one pipelined round trip, whatever the number of messages. Redelivery
 (an expired ``invisible_duration_ms``) publishes nothing: waiters find it at their next
-fallback re-check (``FALLBACK_RECHECK_S``).
+re-check (``HELD_RECHECK_S``, 5 s, as RocketMQ's ``PullRequestHoldService``).
 
 Waiting: under ASGI, one ``WakeupHub`` per event loop (one per uvicorn worker process) holds
 ONE Redis connection pattern-subscribed to every wake-up channel and fans each notification
@@ -46,7 +46,13 @@ from redis.exceptions import RedisError
 
 logger = logging.getLogger("halfmoon.wakeups")
 
-FALLBACK_RECHECK_S = 1.0  # longest a waiter sleeps without a wake-up (Redis away, redelivery)
+FALLBACK_RECHECK_S = 1.0  # longest a waiter sleeps without a wake-up while Redis is away
+HELD_RECHECK_S = 5.0
+"""Longest a waiter sleeps without a wake-up while its subscription is up: what it re-reads
+for is only what publishes nothing (a redelivery after ``invisible_duration_ms``). RocketMQ's
+``PullRequestHoldService`` re-checks its held pull requests every 5 s the same way, beside the
+message-arrival notification; hundreds of waiters cost the database a read each per 5 s, not
+per second."""
 PUBLISH_RETRY_S = 1.0  # after a failed publish, commits skip publishing this long
 REDIS_TIMEOUT_S = 0.5  # connect and socket timeout of the publisher: bounds a commit's delay
 _PREFIX = "halfmoon:wakeup:"
@@ -177,7 +183,7 @@ class SyncListener:
             client = redis.Redis.from_url(
                 settings.REDIS_URL,
                 socket_connect_timeout=REDIS_TIMEOUT_S,
-                socket_timeout=FALLBACK_RECHECK_S + REDIS_TIMEOUT_S,
+                socket_timeout=HELD_RECHECK_S + REDIS_TIMEOUT_S,
             )
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(self.channel)
@@ -185,6 +191,11 @@ class SyncListener:
         except (RedisError, OSError):
             self._pubsub = None
         return self
+
+    def recheck_s(self) -> float:
+        """The longest wait before the next database read: ``HELD_RECHECK_S`` while
+        subscribed, ``FALLBACK_RECHECK_S`` without Redis (seconds)."""
+        return HELD_RECHECK_S if self._pubsub is not None else FALLBACK_RECHECK_S
 
     def wait(self, timeout_s: float) -> bool:
         """Block until a wake-up on the channel or ``timeout_s`` seconds; True if woken."""
@@ -234,6 +245,11 @@ class Listener:
         self.hub = hub
         self.channel = channel
         self.event = asyncio.Event()
+
+    def recheck_s(self) -> float:
+        """The longest wait before the next database read: ``HELD_RECHECK_S`` while the hub is
+        subscribed, ``FALLBACK_RECHECK_S`` while Redis is away (seconds)."""
+        return HELD_RECHECK_S if self.hub.subscribed.is_set() else FALLBACK_RECHECK_S
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait for a wake-up on the channel, at most ``timeout_s`` seconds; True if woken."""
