@@ -26,6 +26,7 @@ from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from broker.api import serializers as s
@@ -120,21 +121,41 @@ def _items(request: Request, envelope: type[s.BatchInSerializer]) -> list[Any]:
     return items
 
 
-def _item(
-    item: Any, serializer_class: type[s.serializers.Serializer], check: Callable[[dict], None]
-) -> batch.BatchItem:
-    """One item's service arguments: ``serializer_class``'s validated data, after
+def _items_valid(
+    items: list[Any],
+    serializer_class: type[s.serializers.Serializer],
+    check: Callable[[dict], None],
+) -> list[batch.BatchItem]:
+    """Each item's service arguments: ``serializer_class``'s validated data, after
     ``check(data)`` (the permission checks of the single endpoint, which may change the data);
-    or the error of that item (a ValidationError, a HalfmoonError)."""
-    serializer = serializer_class(data=item)
-    if not serializer.is_valid():
-        return ValidationError(serializer.errors)
-    data = dict(serializer.validated_data)
-    try:
-        check(data)
-    except HalfmoonError as exc:
-        return exc
-    return data
+    or the error of that item (a ValidationError, a HalfmoonError).
+
+    One serializer validates every item (``run_validation``, as DRF's ``ListSerializer`` does
+    with its child): its fields are built once per batch, not once per item. The error of an
+    invalid item is the one ``serializer_class(data=item).is_valid()`` would give."""
+    serializer = serializer_class()
+    valid: list[batch.BatchItem] = []
+    for item in items:
+        try:
+            data = dict(serializer.run_validation(item))
+            check(data)
+        except ValidationError as exc:
+            valid.append(ValidationError(_as_serializer_errors(exc)))
+            continue
+        except HalfmoonError as exc:
+            valid.append(exc)
+            continue
+        valid.append(data)
+    return valid
+
+
+def _as_serializer_errors(exc: ValidationError) -> Any:
+    """``exc.detail`` shaped as ``Serializer.errors`` (a non-dict input's error is keyed by
+    ``non_field_errors``, as ``is_valid`` keys it)."""
+    detail = exc.detail
+    if isinstance(detail, dict):
+        return detail
+    return {api_settings.NON_FIELD_ERRORS_KEY: detail if isinstance(detail, list) else [detail]}
 
 
 def _results(
@@ -183,10 +204,9 @@ class TransactionBatchView(APIView):
         def check(data: dict[str, Any]) -> None:
             require_producer(request, data["producer_group"])
 
-        sends = [
-            _item(item, s.TransactionPrepareInSerializer, check)
-            for item in _items(request, s.TransactionBatchInSerializer)
-        ]
+        sends = _items_valid(
+            _items(request, s.TransactionBatchInSerializer), s.TransactionPrepareInSerializer, check
+        )
         outcomes = batch.transaction_prepare_batch(sends=sends)
         return Response(
             _results(
@@ -212,10 +232,11 @@ class TransactionEndBatchView(APIView):
         def check(data: dict[str, Any]) -> None:
             require_producer(request, data["producer_group"])
 
-        ends = [
-            _item(item, s.TransactionEndBatchItemInSerializer, check)
-            for item in _items(request, s.TransactionEndBatchInSerializer)
-        ]
+        ends = _items_valid(
+            _items(request, s.TransactionEndBatchInSerializer),
+            s.TransactionEndBatchItemInSerializer,
+            check,
+        )
         outcomes = batch.transaction_end_batch(ends=ends)
         return Response(
             _results(
@@ -245,10 +266,9 @@ class MessageBatchView(APIView):
                 group = min(request.user.producer_groups)
             data["producer_group"] = group
 
-        sends = [
-            _item(item, s.MessageSendInSerializer, check)
-            for item in _items(request, s.MessageBatchInSerializer)
-        ]
+        sends = _items_valid(
+            _items(request, s.MessageBatchInSerializer), s.MessageSendInSerializer, check
+        )
         outcomes = batch.message_send_batch(sends=sends)
         return Response(
             _results(outcomes, lambda m: (status.HTTP_201_CREATED, s.SendResultSerializer(m).data))

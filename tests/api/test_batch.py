@@ -82,6 +82,16 @@ def test_one_invalid_item_gets_its_error_and_the_others_are_stored(producer, top
     assert half_messages() == 2
 
 
+def test_null_and_list_items_are_400_items(producer, topic, producer_group):
+    items = results(post(producer, TX_BATCH, {"messages": [None, [half("a")], half("b")]}), 3)
+
+    assert [i["status"] for i in items] == [400, 400, 201]
+    for item in items[:2]:
+        assert item["error"]["code"] == "invalid_input"
+        assert "non_field_errors" in item["error"]["details"]["fields"]
+    assert half_messages() == 1
+
+
 def test_an_item_error_is_the_single_sends_error(producer, topic, producer_group):
     bad = half(topic="Nowhere")
     single = send_half(producer, topic="Nowhere")
