@@ -14,7 +14,7 @@ Lock order, so that two batches never deadlock each other (nor a batch and a sin
   until the batch commits; a batch takes every counter it may need first, in
   ``(topic, queue_id)`` order (``_queue_counters_lock``);
 - ends lock their transaction rows in transaction id order, then resolve them in the
-  ``(real topic, queue, id)`` order the check outcomes use (``checks.outcomes._queue_order``),
+  ``(real topic, queue, id)`` order the check outcomes use (``checks.outcomes.resolution_lock_order``),
   so the real queues' counters are also taken in one order.
 """
 
@@ -31,7 +31,7 @@ from broker.constants import HALF_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
 from broker.models import ConsumeQueue, Message, Transaction
 from broker.rules.topics import is_system_topic
-from broker.services.checks.outcomes import _queue_order
+from broker.services.checks.outcomes import resolution_lock_order
 from broker.services.messages import message_send
 from broker.services.storage import new_msg_id
 from broker.services.transactions import half_queue_select, transaction_end, transaction_prepare
@@ -183,7 +183,7 @@ def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Ex
             if isinstance(item, Exception):
                 return ("", -1, "")
             tx = locked.get(item["transaction_id"])
-            return _queue_order(tx) if tx is not None else ("", -1, item["transaction_id"])
+            return resolution_lock_order(tx) if tx is not None else ("", -1, item["transaction_id"])
 
         order = sorted(range(len(ends)), key=order_key)
         return _run(ends, transaction_end, order)

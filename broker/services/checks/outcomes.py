@@ -150,7 +150,7 @@ def _batch_apply(batch: list[CheckOutcome], *, now: int) -> list[CheckOutcome]:
             transaction_announce(counted.tx, counted.announce)
         # Commits take their real queue's offset counter (``message_copy``) until the batch
         # commits: taken in (topic, queue, id) order, so concurrent batches cannot deadlock.
-        resolving.sort(key=lambda o: _queue_order(locked[o.job.transaction_id]))
+        resolving.sort(key=lambda o: resolution_lock_order(locked[o.job.transaction_id]))
         for outcome in resolving:
             tx = locked[outcome.job.transaction_id]
             if tx.state == TransactionState.PREPARED and tx.producer_group == (
@@ -164,8 +164,11 @@ def _batch_apply(batch: list[CheckOutcome], *, now: int) -> list[CheckOutcome]:
     return deferred
 
 
-def _queue_order(tx: Transaction) -> tuple[str, int, str]:
-    """The order in which a batch resolves its transactions: real topic, queue, id."""
+def resolution_lock_order(tx: Transaction) -> tuple[str, int, str]:
+    """The one order in which every batch (a check round's outcomes, an end-batch) resolves
+    its locked transactions: ``(real topic, queue_id, transaction id)``. A commit holds its real
+    queue's offset counter until the batch commits, so two batches taking counters in this
+    same order cannot deadlock."""
     return (tx.topic, tx.queue_id, tx.pk)
 
 
