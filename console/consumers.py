@@ -58,5 +58,16 @@ class TransactionFeedConsumer(AsyncJsonWebsocketConsumer):
     async def transaction_event(self, event: TransactionChange) -> None:
         await self.send_json(_relayed("transaction", event))
 
+    async def transaction_events(self, message: dict[str, Any]) -> None:
+        """Several transaction events published together (``broker.events``): each relayed
+        as its own websocket message, in order."""
+        for event in message["events"]:
+            await self.transaction_event(event)
+
     async def bulk_progress(self, event: BulkActionProgress) -> None:
         await self.send_json(_relayed("bulk", event))
+
+    async def bulk_progresses(self, message: dict[str, Any]) -> None:
+        """Several bulk progress events published together, each relayed in order."""
+        for event in message["events"]:
+            await self.bulk_progress(event)

@@ -9,24 +9,19 @@ Two pieces, both used by ``halfmoon.asgi``:
   longer than it said) on the message that passes it. Nothing past the limit is handed to the
   application, so Django never spools more than the limit (its ASGI handler reads the whole
   body into a temporary file before any view runs, with no limit of its own).
-- ``ASGIHandler``: Django's ASGI handler whose requests carry ``CONTENT_LENGTH`` when the client
-  sent the body chunked. Django's handler reads a chunked body whole, but DRF's ``Request``
-  decides whether there is a body from ``CONTENT_LENGTH`` alone (``Request._load_stream``: no
-  length, no body), so a chunked JSON body was parsed as empty ("producer_group, topic
-  required"). Once the body is received its length is known; the request states it, as a WSGI
-  server that buffers the body would.
+- ``ASGIHandler``: Django's ASGI handler, for the long polls (``halfmoon.serving.HTTPSplit``
+  hands it those; a chunked body reaches it, as every body reaches either handler, read whole
+  and with its ``Content-Length`` stated: ``halfmoon.serving``).
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
-from django.core.handlers.asgi import ASGIRequest
 from django.urls import Resolver404, resolve
 
 from broker.api.exceptions import error_body
@@ -146,26 +141,8 @@ class BodyLimitMiddleware:
         await self.app(scope, limited_receive, guarded_send)
 
 
-class BodyLengthASGIRequest(ASGIRequest):
-    """Django's ASGI request, with ``CONTENT_LENGTH`` set to the received body's size when the
-    client sent none (a chunked body) and the body is not empty; see the module's docstring.
-
-    Args:
-        scope: the ASGI HTTP scope.
-        body_file: the whole body as Django's handler received it (a seekable file at 0).
-    """
-
-    def __init__(self, scope: Scope, body_file: Any) -> None:
-        super().__init__(scope, body_file)
-        if "CONTENT_LENGTH" not in self.META:
-            size = body_file.seek(0, io.SEEK_END)
-            body_file.seek(0)
-            if size:
-                self.META["CONTENT_LENGTH"] = str(size)
-
-
 class ASGIHandler(DjangoASGIHandler):
-    """Django's ASGI handler with ``BodyLengthASGIRequest``. Make it after ``django.setup()``
+    """Django's ASGI handler, for the long polls. Make it after ``django.setup()``
     (``django.core.asgi.get_asgi_application`` does the same for Django's own).
 
     A long poll (a view marked ``long_poll``, ``broker.api.views_poll``) is served without
@@ -176,17 +153,18 @@ class ASGIHandler(DjangoASGIHandler):
     and the long poll's reads run in the event loop's worker pool.
     """
 
-    request_class = BodyLengthASGIRequest
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request (Django's ``__call__``, see the class docstring)."""
-        if scope["type"] == "http" and _is_long_poll(scope["path"]):
+        if scope["type"] == "http" and is_long_poll(scope["path"]):
             await self.handle(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
 
-def _is_long_poll(path: str) -> bool:
+def is_long_poll(path: str) -> bool:
+    """Whether ``path`` is served by a long-polling view (one marked ``long_poll``,
+    ``broker.api.views_poll``): the requests ``halfmoon.serving.HTTPSplit`` hands to the ASGI
+    handler."""
     try:
         return getattr(resolve(path).func, "long_poll", False)
     except Resolver404:

@@ -61,6 +61,23 @@ class MessageInSchema(OpenApiSerializerExtension):
         return schema
 
 
+class NewNameSchema(OpenApiSerializerExtension):
+    """The create bodies of topics and producer and consumer groups: a ``name`` the broker keeps
+    for itself is refused (400 ``system_topic``, ``broker.rules.topics.is_system_topic``; 400
+    ``reserved_group``, ``RESERVED_GROUP_PREFIXES``), so the document says ``not`` those."""
+
+    target_class = "broker.api.serializers.NewNameInSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's schema, its ``name`` with ``not: {pattern: <the reserved names>}``."""
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            pattern = self.target.reserved_name_pattern
+            schema["properties"]["name"]["not"] = {"pattern": pattern}
+        return schema
+
+
 class WholeBodyPatchSchema(OpenApiSerializerExtension):
     """``ProducerGroupPatchSerializer``: the PATCH validates its body whole (``check_url`` is
     required; null means "poll for checks"), so the schema must not be drf-spectacular's

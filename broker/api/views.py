@@ -23,6 +23,7 @@ from broker.api.permissions import (
     require_consumer,
     require_producer,
 )
+from broker.api.shapes import represented, validated
 from broker.errors import Forbidden
 from broker.lookups import producer_group_require
 from broker.services import admin, consumers, messages, operator, transactions
@@ -53,12 +54,6 @@ def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {**ERRORS, **{c: _EXTRA_ERRORS[c] for c in codes}}
 
 
-def _valid(serializer_class: type, data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 class TransactionPagination(PageNumberPagination):
     """Pages of transactions: ``page`` and ``page_size`` validated first
     (``PageQuerySerializer``: a malformed or out-of-range value is 400, where DRF would
@@ -71,7 +66,7 @@ class TransactionPagination(PageNumberPagination):
     def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
         """DRF's page of ``queryset``, after the query's page parameters passed
         ``PageQuerySerializer``. Raises ValidationError (400), NotFound (404 past the end)."""
-        _valid(s.PageQuerySerializer, request.query_params)
+        validated(s.PageQuerySerializer, request.query_params)
         return super().paginate_queryset(queryset, request, view)
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
@@ -125,7 +120,7 @@ class AdminListCreateView(APIView):
         return Response(self.out_serializer(self.rows(), many=True).data)
 
     def post(self, request: Request) -> Response:
-        created = self.create(**_valid(self.in_serializer, request.data))
+        created = self.create(**validated(self.in_serializer, request.data))
         out = self.created_serializer or self.out_serializer
         return Response(out(created).data, status=status.HTTP_201_CREATED)
 
@@ -183,7 +178,7 @@ class ProducerGroupDetailView(APIView):
         "producers poll for checks).",
     )
     def patch(self, request: Request, name: str) -> Response:
-        data = _valid(s.ProducerGroupPatchSerializer, request.data)
+        data = validated(s.ProducerGroupPatchSerializer, request.data)
         group = admin.producer_group_update(name=name, check_url=data["check_url"])
         return Response(s.ProducerGroupOutSerializer(group).data)
 
@@ -210,7 +205,7 @@ class MessageListCreateView(APIView):
     )
     def post(self, request: Request) -> Response:
         require_any_producer(request)
-        data = _valid(s.MessageSendInSerializer, request.data)
+        data = validated(s.MessageSendInSerializer, request.data)
         group = data.pop("producer_group", "")
         if group:
             require_producer(request, group)
@@ -218,7 +213,9 @@ class MessageListCreateView(APIView):
         elif request.user.producer_groups:
             group = min(request.user.producer_groups)
         message = messages.message_send(**data, producer_group=group)
-        return Response(s.SendResultSerializer(message).data, status=status.HTTP_201_CREATED)
+        return Response(
+            represented(s.SendResultSerializer, message), status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(
         parameters=[s.MessageQuerySerializer],
@@ -227,7 +224,7 @@ class MessageListCreateView(APIView):
     )
     def get(self, request: Request) -> Response:
         require_any_producer(request)
-        query = _valid(s.MessageQuerySerializer, request.query_params)
+        query = validated(s.MessageQuerySerializer, request.query_params)
         found = selectors.messages_by_key(
             topic=query["topic"], key=query["key"], producer_groups=request.user.producer_scope()
         )[:1000]
@@ -263,11 +260,11 @@ class TransactionListCreateView(APIView):
         summary="Send a half message",
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.TransactionPrepareInSerializer, request.data)
+        data = validated(s.TransactionPrepareInSerializer, request.data)
         require_producer(request, data["producer_group"])
         tx, created = transactions.transaction_prepare(**data)
         return Response(
-            s.TransactionPrepareOutSerializer(tx).data,
+            represented(s.TransactionPrepareOutSerializer, tx),
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
@@ -281,7 +278,7 @@ class TransactionListCreateView(APIView):
     )
     def get(self, request: Request) -> Response:
         require_any_producer(request)
-        query = _valid(s.TransactionListQuerySerializer, request.query_params)
+        query = validated(s.TransactionListQuerySerializer, request.query_params)
         qs = selectors.transaction_list(
             state=query.get("state"),
             producer_group=query.get("producer_group"),
@@ -335,7 +332,7 @@ class TransactionEndView(APIView):
         summary="End a transaction: commit, rollback or unknown",
     )
     def post(self, request: Request, transaction_id: str) -> Response:
-        data = _valid(s.TransactionEndInSerializer, request.data)
+        data = validated(s.TransactionEndInSerializer, request.data)
         require_producer(request, data["producer_group"])
         tx = transactions.transaction_end(
             transaction_id=transaction_id,
@@ -344,7 +341,7 @@ class TransactionEndView(APIView):
             from_transaction_check=data["from_transaction_check"],
             remark=data["remark"],
         )
-        return Response(s.TransactionEndOutSerializer(tx).data)
+        return Response(represented(s.TransactionEndOutSerializer, tx))
 
 
 def _operator_actor(request: Request) -> str:
@@ -371,7 +368,7 @@ class TransactionResolveView(APIView):
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
-        data = _valid(s.TransactionResolveInputSerializer, request.data)
+        data = validated(s.TransactionResolveInputSerializer, request.data)
         tx = operator.transaction_operator_resolve(
             transaction_id=transaction_id,
             action=data["action"],
@@ -398,7 +395,7 @@ class TransactionResumeCheckView(APIView):
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
-        data = _valid(s.TransactionResumeCheckInSerializer, request.data or {})
+        data = validated(s.TransactionResumeCheckInSerializer, request.data or {})
         tx = operator.transaction_resume_check(
             transaction_id=transaction_id,
             actor=_operator_actor(request),
@@ -420,7 +417,7 @@ class AckView(APIView):
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
-        data = _valid(s.AckInSerializer, request.data)
+        data = validated(s.AckInSerializer, request.data)
         acked, failed = consumers.messages_ack(
             consumer_group=group, receipt_handles=data["receipt_handles"]
         )
@@ -440,7 +437,7 @@ class _ReconciliationRunView(APIView):
     def answer(request: Request, run_fetch: Callable[[], Any]) -> Response:
         """Validate the query (400 ``invalid_input``), then fetch the run with ``run_fetch``
         (which raises the 404) and answer it with the page of anomalies asked for."""
-        query = _valid(s.ReconciliationRunQuerySerializer, request.query_params)
+        query = validated(s.ReconciliationRunQuerySerializer, request.query_params)
         run = run_fetch()
         anomalies = selectors_reconciliation.reconciliation_anomalies(run, kind=query.get("kind"))
         run.anomalies_matching = anomalies.count()

@@ -26,13 +26,13 @@ from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from broker.api import serializers as s
 from broker.api.exceptions import exception_handler
 from broker.api.permissions import require_any_producer, require_producer
-from broker.api.views import _errors, _valid
+from broker.api.shapes import represented, validated
+from broker.api.views import _errors
 from broker.conf import conf
 from broker.errors import HalfmoonError
 from broker.lookups import producer_group_require
@@ -116,7 +116,7 @@ def _items(request: Request, envelope: type[s.BatchInSerializer]) -> list[Any]:
         ValidationError (400): the envelope is not ``{list_field: [...]}``.
         InvalidInput (400): ``batch_empty``, ``batch_too_large``.
     """
-    items = _valid(envelope, request.data)[envelope.list_field]
+    items = validated(envelope, request.data)[envelope.list_field]
     batch.batch_size_check(len(items))
     return items
 
@@ -126,36 +126,20 @@ def _items_valid(
     serializer_class: type[s.serializers.Serializer],
     check: Callable[[dict], None],
 ) -> list[batch.BatchItem]:
-    """Each item's service arguments: ``serializer_class``'s validated data, after
-    ``check(data)`` (the permission checks of the single endpoint, which may change the data);
-    or the error of that item (a ValidationError, a HalfmoonError).
-
-    One serializer validates every item (``run_validation``, as DRF's ``ListSerializer`` does
-    with its child): its fields are built once per batch, not once per item. The error of an
-    invalid item is the one ``serializer_class(data=item).is_valid()`` would give."""
-    serializer = serializer_class()
+    """Each item's service arguments: ``serializer_class``'s validated data (``validated``, as
+    the single endpoint validates its body), after ``check(data)`` (the permission checks of
+    the single endpoint, which may change the data); or the error of that item (a
+    ValidationError, a HalfmoonError)."""
     valid: list[batch.BatchItem] = []
     for item in items:
         try:
-            data = dict(serializer.run_validation(item))
+            data = validated(serializer_class, item)
             check(data)
-        except ValidationError as exc:
-            valid.append(ValidationError(_as_serializer_errors(exc)))
-            continue
-        except HalfmoonError as exc:
+        except (ValidationError, HalfmoonError) as exc:
             valid.append(exc)
             continue
         valid.append(data)
     return valid
-
-
-def _as_serializer_errors(exc: ValidationError) -> Any:
-    """``exc.detail`` shaped as ``Serializer.errors`` (a non-dict input's error is keyed by
-    ``non_field_errors``, as ``is_valid`` keys it)."""
-    detail = exc.detail
-    if isinstance(detail, dict):
-        return detail
-    return {api_settings.NON_FIELD_ERRORS_KEY: detail if isinstance(detail, list) else [detail]}
 
 
 def _results(
@@ -213,7 +197,7 @@ class TransactionBatchView(APIView):
                 outcomes,
                 lambda o: (
                     status.HTTP_201_CREATED if o[1] else status.HTTP_200_OK,
-                    s.TransactionPrepareOutSerializer(o[0]).data,
+                    represented(s.TransactionPrepareOutSerializer, o[0]),
                 ),
             )
         )
@@ -240,7 +224,8 @@ class TransactionEndBatchView(APIView):
         outcomes = batch.transaction_end_batch(ends=ends)
         return Response(
             _results(
-                outcomes, lambda tx: (status.HTTP_200_OK, s.TransactionEndOutSerializer(tx).data)
+                outcomes,
+                lambda tx: (status.HTTP_200_OK, represented(s.TransactionEndOutSerializer, tx)),
             )
         )
 
@@ -271,5 +256,8 @@ class MessageBatchView(APIView):
         )
         outcomes = batch.message_send_batch(sends=sends)
         return Response(
-            _results(outcomes, lambda m: (status.HTTP_201_CREATED, s.SendResultSerializer(m).data))
+            _results(
+                outcomes,
+                lambda m: (status.HTTP_201_CREATED, represented(s.SendResultSerializer, m)),
+            )
         )

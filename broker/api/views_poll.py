@@ -34,7 +34,8 @@ from rest_framework.views import APIView
 from broker import selectors
 from broker.api import serializers as s
 from broker.api.permissions import require_consumer, require_producer
-from broker.api.views import _errors, _valid
+from broker.api.shapes import validated
+from broker.api.views import _errors
 from broker.services import checks, consumers
 from broker.services.polling import poll_until, poll_until_async
 from broker.services.wakeups import check_requests_channel, topic_channel
@@ -149,7 +150,7 @@ class CheckRequestsView(LongPollAPIView):
     )
     def get(self, request: Request, name: str) -> Response:
         require_producer(request, name)
-        query = _valid(s.CheckRequestsQuerySerializer, request.query_params)
+        query = validated(s.CheckRequestsQuerySerializer, request.query_params)
         selectors.producer_group_get(name)
         return LongPollResponse(
             LongPoll(
@@ -171,7 +172,7 @@ class ReceiveView(LongPollAPIView):
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
-        data = _valid(s.ReceiveInSerializer, request.data)
+        data = validated(s.ReceiveInSerializer, request.data)
         return LongPollResponse(
             LongPoll(
                 fetch=lambda: (

@@ -9,6 +9,8 @@ topics.
 
 from __future__ import annotations
 
+import re
+
 from broker.constants import (
     CHECK_MAX_TIME_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -31,6 +33,17 @@ def is_system_topic(name: str) -> bool:
     return is_undeliverable_topic(name) or name.startswith(
         (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
     )
+
+
+def system_topic_pattern() -> str:
+    """A regular expression (ECMA 262 and Python alike) matching exactly the names
+    ``is_system_topic`` is true for; the OpenAPI document says with it which new topic names
+    are refused (``broker.api.schema``)."""
+    prefixes = "|".join(
+        re.escape(p)
+        for p in (SYSTEM_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
+    )
+    return f"^(?:{prefixes})|^{re.escape(CHECK_MAX_TIME_TOPIC)}$"
 
 
 QUEUE_NUMS_MIN = 1

@@ -1,40 +1,56 @@
 """Batches: many half messages, ends or normal messages in one request and one database
 transaction (api-v1 "Batches"; RocketMQ's batch send, ``DefaultMQProducer.send(Collection)``).
 
-Each item goes through the single operation's own service (``transaction_prepare``,
-``transaction_end``, ``message_send``): the rules of a send or an end live there only. Each of
-those services writes inside its own ``transaction.atomic()``, which inside the batch's
-transaction is a savepoint: an item that fails leaves nothing of itself and undoes none of
-the others. Its ``HalfmoonError`` becomes that item's outcome; any other error (the database
-gone) fails the whole batch and nothing of it is stored.
+The rules of a send or an end live in the single operation's services only: each item is
+checked and built by ``transaction_plan`` or ``message_plan`` (the checks of a send, no
+write), and the writes of the common items are set-based, one statement for the whole batch,
+shared with the single operations: ``transactions_store`` (half messages and their
+transactions), ``messages_store`` (normal messages), ``transactions_resolve_prepared``
+(commits and rollbacks of PREPARED transactions). The uncommon items (a msg_id stored already or
+twice in the batch, an end of a transaction that is not PREPARED, unknown) go one by one
+through ``transaction_prepare`` and ``transaction_end``, each inside its own savepoint: an item
+that fails leaves nothing of itself and undoes none of the others. An item's ``HalfmoonError``
+becomes its outcome; any other error (the database gone) fails the whole batch and nothing of
+it is stored.
 
 Lock order, so that two batches never deadlock each other (nor a batch and a single call):
 
-- sends hold the offset counter of each queue they append to (``broker.services.storage``)
-  until the batch commits; a batch takes every counter it may need first, in
-  ``(topic, queue_id)`` order (``_queue_counters_lock``);
-- ends lock their transaction rows in transaction id order, then resolve them in the
-  ``(real topic, queue, id)`` order the check outcomes use (``checks.outcomes.resolution_lock_order``),
-  so the real queues' counters are also taken in one order.
+- sends take the offset counter of each queue they append to (``broker.services.storage``)
+  until the batch commits, in ``(topic, queue_id)`` order: a batch of half messages locks its
+  half queues' counters first (``_queue_counters_lock``), the set-based statements lock the
+  counters they move in that order (``storage.queue_slots_cte``);
+- ends lock their transaction rows in transaction id order first, then the real queues'
+  counters in ``(topic, queue_id)`` order: the set-based statement takes them in that order,
+  and the items ended one by one follow the ``(real topic, queue, id)`` order the check
+  outcomes use (``checks.outcomes.resolution_lock_order``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from broker.conf import conf
 from broker.constants import HALF_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
 from broker.models import ConsumeQueue, Message, Transaction
-from broker.rules.topics import is_system_topic
+from broker.rules.states import RESOLVING_ACTIONS
 from broker.services.checks.outcomes import resolution_lock_order
-from broker.services.messages import message_send
-from broker.services.storage import new_msg_id
-from broker.services.transactions import half_queue_select, transaction_end, transaction_prepare
+from broker.services.messages import message_plan
+from broker.services.resolution import PreparedEnd, transactions_resolve_prepared
+from broker.services.storage import messages_store, new_msg_id
+from broker.services.transactions import (
+    HalfPlan,
+    end_resolved_by,
+    transaction_end,
+    transaction_plan,
+    transaction_prepare,
+    transactions_store,
+)
 
 T = TypeVar("T")
 
@@ -73,24 +89,19 @@ def _queue_counters_lock(condition: Q) -> None:
     )
 
 
-def _run(
-    items: Sequence[BatchItem],
-    service: Callable[..., T],
-    order: Sequence[int] | None = None,
-) -> list[T | Exception]:
-    """Call ``service(**item)`` for each item that is not already an error, in ``order``
-    (indexes; default the items' order), inside the caller's database transaction; return one
-    outcome per item in the items' order: the service's result or the ``HalfmoonError`` it
-    raised."""
-    outcomes: list[T | Exception] = list(items)  # errors stay; the rest are replaced below
-    for index in order if order is not None else range(len(items)):
-        item = items[index]
+def _run(items: Sequence[BatchItem], service: Callable[..., T]) -> list[T | Exception]:
+    """Call ``service(**item)`` for each item that is not already an error, in order, inside
+    the caller's database transaction; return one outcome per item: the service's result or
+    the ``HalfmoonError`` it raised (or the item's own error)."""
+    outcomes: list[T | Exception] = []
+    for item in items:
         if isinstance(item, Exception):
+            outcomes.append(item)
             continue
         try:
-            outcomes[index] = service(**item)
+            outcomes.append(service(**item))
         except HalfmoonError as exc:
-            outcomes[index] = exc
+            outcomes.append(exc)
     return outcomes
 
 
@@ -100,10 +111,13 @@ def transaction_prepare_batch(
     """Store the half messages of ``sends`` (``transaction_prepare``'s keyword arguments, or an
     item's error) in one database transaction (api-v1 ``POST /transactions/batch``).
 
-    A send without ``msg_id`` is given a new one (``new_msg_id``) first, so that its half queue
-    is known and locked before anything is written; idempotency by ``msg_id`` is
-    ``transaction_prepare``'s (the same id again, in this batch or an earlier one: the stored
-    transaction, ``created`` False).
+    Each item is checked and built by ``transaction_plan`` (the rules of a send; a send without
+    ``msg_id`` is given a new one). The new msg_ids, each once in the batch, are stored together
+    in one statement (``transactions_store``); the others go one by one through
+    ``transaction_prepare``, in the items' order: a msg_id stored already (answered with the
+    stored transaction, ``created`` False, or 409 ``duplicate_msg_id`` for another group's), a
+    msg_id twice in the batch (the second answers the first), and every item if the statement
+    met a concurrent send of one of its msg_ids.
 
     Returns:
         per item, in order: ``(transaction, created)``, or the error of that item
@@ -120,37 +134,62 @@ def transaction_prepare_batch(
         else {**item, "msg_id": new_msg_id()}
         for item in sends
     ]
-    half_queues = sorted(
-        {half_queue_select(item["msg_id"]) for item in items if not isinstance(item, Exception)}
-    )
+    outcomes: list[Any] = list(items)
+    plans: dict[int, HalfPlan] = {}
+    for index, item in enumerate(items):
+        if isinstance(item, Exception):
+            continue
+        try:
+            plans[index] = transaction_plan(**item)
+        except HalfmoonError as exc:
+            outcomes[index] = exc
+    times = Counter(plan.tx.transaction_id for plan in plans.values())
+    half_queues = sorted({plan.tx.half_queue_id for plan in plans.values()})
     with transaction.atomic():
         _queue_counters_lock(Q(topic=HALF_TOPIC, queue_id__in=half_queues))
-        return _run(items, transaction_prepare)
+        stored = set(Transaction.objects.filter(pk__in=list(times)).values_list("pk", flat=True))
+        fresh = [i for i, p in plans.items() if times[p.tx.transaction_id] == 1]
+        fresh = [i for i in fresh if plans[i].tx.transaction_id not in stored]
+        try:
+            with transaction.atomic():
+                transactions_store([plans[i] for i in fresh])
+        except IntegrityError:  # a concurrent send of one of these msg_ids: item by item
+            fresh = []
+        for index in fresh:
+            outcomes[index] = (plans[index].tx, True)
+        done = set(fresh)
+        rest = [i for i in plans if i not in done]
+        for index, outcome in zip(
+            rest, _run([items[i] for i in rest], transaction_prepare), strict=True
+        ):
+            outcomes[index] = outcome
+    return outcomes
 
 
 def message_send_batch(*, sends: Sequence[BatchItem]) -> list[Message | Exception]:
     """Store the normal messages of ``sends`` (``message_send``'s keyword arguments, or an
-    item's error) in one database transaction (api-v1 ``POST /messages/batch``). Every queue of
-    the user topics named is locked first: a message's queue is chosen from its msg_id, made
-    inside ``message_send``.
+    item's error) in one database transaction and one statement (api-v1 ``POST
+    /messages/batch``; ``messages_store``). Each item is checked and built by ``message_plan``
+    (the rules of a send); an item that fails them is answered alone.
 
     Returns:
         per item, in order: the stored ``Message``, or the error of that item.
 
     Raises:
         InvalidInput: ``batch_empty``, ``batch_too_large``; nothing stored.
+        LookupError: a topic's queue does not exist; nothing stored.
     """
     batch_size_check(len(sends))
-    topics = sorted(
-        {
-            item["topic"]
-            for item in sends
-            if not isinstance(item, Exception) and not is_system_topic(item["topic"])
-        }
-    )
-    with transaction.atomic():
-        _queue_counters_lock(Q(topic__in=topics))
-        return _run(sends, message_send)
+    outcomes: list[Any] = list(sends)
+    for index, item in enumerate(sends):
+        if isinstance(item, Exception):
+            continue
+        try:
+            outcomes[index] = message_plan(**item)
+        except HalfmoonError as exc:
+            outcomes[index] = exc
+    messages_store([outcome for outcome in outcomes if isinstance(outcome, Message)])
+    return outcomes
 
 
 def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Exception]:
@@ -158,10 +197,13 @@ def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Ex
     ``transaction_id``, ``producer_group``, ``action``, ``from_transaction_check``, ``remark``;
     or an item's error) in one database transaction (api-v1 ``POST /transactions/end-batch``).
 
-    The transaction rows are locked in id order first; the ends then run through
-    ``transaction_end`` (the one end rule) in ``(real topic, queue, id)`` order, and items for
-    the same transaction in the order given. A refused end is journalled as the single end
-    journals it, and kept when the batch commits.
+    The transaction rows are locked in id order first. The commits and rollbacks of PREPARED
+    transactions of the right group are then written together in one statement
+    (``transactions_resolve_prepared``, the first item of each transaction); every other item
+    goes through ``transaction_end`` (the one end rule), in ``(real topic, queue, id)`` order
+    (``checks.outcomes.resolution_lock_order``), items for the same transaction in the order
+    given. A refused end is journalled as the single end journals it, and kept when the batch
+    commits.
 
     Returns:
         per item, in order: the transaction after its end, or the error of that item
@@ -172,18 +214,44 @@ def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Ex
     """
     batch_size_check(len(ends))
     ids = sorted({e["transaction_id"] for e in ends if not isinstance(e, Exception)})
+    outcomes: list[Any] = list(ends)
     with transaction.atomic():
         locked = {
             tx.pk: tx
             for tx in Transaction.objects.select_for_update().filter(pk__in=ids).order_by("pk")
         }
+        first: dict[str, int] = {}
+        for index, item in enumerate(ends):
+            if not isinstance(item, Exception):
+                first.setdefault(item["transaction_id"], index)
+        asked = {
+            index: PreparedEnd(
+                transaction_id=ends[index]["transaction_id"],
+                producer_group=ends[index]["producer_group"],
+                action=ends[index]["action"],
+                resolved_by=end_resolved_by(ends[index].get("from_transaction_check", False)),
+                reason=ends[index].get("remark") or "",
+            )
+            for index in first.values()
+            if ends[index]["action"] in RESOLVING_ACTIONS
+        }
+        resolved = transactions_resolve_prepared(list(asked.values()))
+        for index, end in asked.items():
+            if end.transaction_id in resolved:
+                outcomes[index] = resolved[end.transaction_id]
 
-        def order_key(index: int) -> tuple[str, int, str]:
-            item = ends[index]
-            if isinstance(item, Exception):
-                return ("", -1, "")
-            tx = locked.get(item["transaction_id"])
-            return resolution_lock_order(tx) if tx is not None else ("", -1, item["transaction_id"])
+        def order_key(index: int) -> tuple[str, int, str, int]:
+            tid = ends[index]["transaction_id"]
+            tx = locked.get(tid)
+            return (*resolution_lock_order(tx), index) if tx else ("", -1, tid, index)
 
-        order = sorted(range(len(ends)), key=order_key)
-        return _run(ends, transaction_end, order)
+        rest = sorted(
+            (i for i, item in enumerate(ends) if not isinstance(item, Exception)),
+            key=order_key,
+        )
+        rest = [i for i in rest if i not in asked or asked[i].transaction_id not in resolved]
+        for index, outcome in zip(
+            rest, _run([ends[i] for i in rest], transaction_end), strict=True
+        ):
+            outcomes[index] = outcome
+    return outcomes

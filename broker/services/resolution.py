@@ -11,7 +11,9 @@ locked (``broker.services.transactions.transaction_get_locked``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 
@@ -41,6 +43,7 @@ from broker.services.storage import (
     message_copy_cte,
     message_deliver_cte,
     message_visible_on_commit,
+    rows_cte,
 )
 
 logger = logging.getLogger("halfmoon.transactions")
@@ -181,6 +184,77 @@ def _resolve_postgresql(
     tx.next_check_timestamp = None
 
 
+class PreparedEnd(NamedTuple):
+    """One resolution asked of ``transactions_resolve_prepared``: resolve ``transaction_id``
+    with ``action`` (commit or rollback) if it is PREPARED and was sent by ``producer_group``;
+    ``resolved_by`` one of ``ResolvedBy``; ``reason`` the journalled remark."""
+
+    transaction_id: str
+    producer_group: str
+    action: ResolvingAction
+    resolved_by: str
+    reason: str
+
+
+def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Transaction]:
+    """PostgreSQL: resolve every transaction of ``ends`` that is PREPARED and was sent by its
+    item's producer group, in ONE statement, however many they are: the common case of an end
+    (``POST /transactions/{id}/end``: one item) and of an end batch (``POST
+    /transactions/end-batch``: all of its items).
+
+    The statement locks the transaction rows in id order (``SELECT ... FOR UPDATE`` in its first
+    CTE; under READ COMMITTED a row changed meanwhile by a concurrent end is re-read and, no
+    longer PREPARED, left out), then writes what ``transaction_resolve_locked`` writes for each:
+    for a commit the copy of the half message to its real queue (``message_deliver_cte``: the
+    copies to one queue take consecutive offsets of one counter move, counters locked in
+    ``(topic, queue_id)`` order), the ``Resolution`` row (Op message source, unique per
+    transaction) and the transaction's new state. The Op buffer notes, the wake-ups of the
+    real topics and the announcements follow as in ``transaction_resolve_locked``.
+
+    Outside a database transaction the statement is one by itself (no BEGIN, no separate
+    ``SELECT ... FOR UPDATE``, no COMMIT round trips); inside one it runs in a savepoint, so a
+    refused statement leaves the caller's transaction usable.
+
+    Args:
+        ends: the resolutions asked, at most one per transaction id.
+
+    Returns:
+        the resolved transactions by id. An id missing from it had nothing written: unknown,
+        another producer group, not PREPARED, a missing half message or real queue, or a
+        constraint refusing a second resolution (then nothing of the statement is written and
+        the result is empty). The caller takes the locked path for those
+        (``broker.services.transactions.transaction_end``), which answers each as the contract
+        says (404, 403, 200 for the same action again, 409).
+
+    Raises:
+        ValueError: two items for the same transaction id.
+    """
+    if not ends:
+        return {}
+    if len({end.transaction_id for end in ends}) != len(ends):
+        raise ValueError("transactions_resolve_prepared takes one item per transaction id")
+    sql, params = _resolve_prepared_sql(ends)
+    try:
+        with (
+            transaction.atomic() if connection.in_atomic_block else nullcontext(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    except IntegrityError:  # a second resolution: the locked path says what ended each
+        return {}
+    attnames = [f.attname for f in Transaction._meta.concrete_fields]
+    resolved = {}
+    for row in rows:
+        tx = Transaction.from_db(connection.alias, attnames, row)
+        if tx.state == TransactionState.COMMITTED:
+            message_visible_on_commit(tx.topic)
+        op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
+        transaction_announce(tx, "resolved")
+        resolved[tx.transaction_id] = tx
+    return resolved
+
+
 def transaction_resolve_prepared(
     *,
     transaction_id: str,
@@ -189,100 +263,97 @@ def transaction_resolve_prepared(
     resolved_by: str,
     reason: str,
 ) -> Transaction | None:
-    """PostgreSQL, outside any database transaction: resolve ``transaction_id`` if it is
-    PREPARED and was sent by ``producer_group``, in one statement that is its own database
-    transaction (no BEGIN, no separate ``SELECT ... FOR UPDATE``, no COMMIT round trips).
+    """PostgreSQL: ``transactions_resolve_prepared`` of one transaction; the resolved
+    transaction, or None when nothing was written (the caller takes the locked path)."""
+    end = PreparedEnd(transaction_id, producer_group, action, resolved_by, reason)
+    return transactions_resolve_prepared([end]).get(transaction_id)
 
-    The statement locks the row (``SELECT ... FOR UPDATE`` in its first CTE; under READ
-    COMMITTED a row changed meanwhile by a concurrent end is re-read and, no longer PREPARED,
-    not returned), then writes what ``transaction_resolve_locked`` writes: for a commit the
-    copy of the half message to its real queue (``message_deliver_cte``: the queue counter
-    moves only together with the copy, so offsets stay gap-free), the ``Resolution`` row (Op
-    message source, unique per transaction) and the transaction's new state. The Op buffer note
-    and the announcement follow as in ``transaction_resolve_locked``.
 
-    Returns:
-        the resolved transaction, or None when nothing was written: unknown id, another
-        producer group, not PREPARED, a missing half message or queue, or a constraint refusing
-        a second resolution. The caller then takes the locked path
-        (``broker.services.transactions.transaction_end``), which answers each of these as the
-        contract says (404, 403, 200 for the same action again, 409).
-
-    Raises:
-        RuntimeError: called inside ``transaction.atomic()``.
-    """
-    if connection.in_atomic_block:  # a failed statement would end the caller's transaction
-        raise RuntimeError("transaction_resolve_prepared runs outside transaction.atomic()")
-    state = state_of_action(action)
-    commit = state == TransactionState.COMMITTED
+def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
+    """The statement of ``transactions_resolve_prepared`` and its parameters; it returns the
+    resolved transactions' rows (every concrete column of ``Transaction``, in field order)."""
     table = Transaction._meta.db_table
-    columns = [f.column for f in Transaction._meta.concrete_fields]
-    ctes = [
-        "gate AS (SELECT transaction_id, topic, queue_id, half_queue_id, half_queue_offset, "
-        f"half_commit_log_offset FROM {table} WHERE transaction_id = %s AND producer_group = %s "
-        "AND state = %s FOR UPDATE)"
-    ]
-    params: list[Any] = [transaction_id, producer_group, TransactionState.PREPARED]
-    if commit:
-        cte, cte_params = message_deliver_cte(
-            source="gate",
-            drop_properties=_HALF_ONLY_PROPERTIES,
-            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
-            name="delivered",
-        )
-        ctes.append(cte)
-        params += cte_params
-    resolution = Resolution(
-        action=resolution_of_action(action),
-        resolved_by=resolved_by,
-        reason=reason,
-        resolved_timestamp=now_ms(),
+    now = now_ms()
+    items, params = rows_cte(
+        "items",
+        [
+            ("transaction_id", "varchar"),
+            ("producer_group", "varchar"),
+            ("state", "varchar"),
+            ("action", "varchar"),
+            ("resolved_by", "varchar"),
+            ("reason", "text"),
+        ],
+        [
+            [
+                end.transaction_id,
+                end.producer_group,
+                state_of_action(end.action).value,
+                resolution_of_action(end.action).value,
+                end.resolved_by,
+                end.reason,
+            ]
+            for end in ends
+        ],
     )
+    params += [TransactionState.PREPARED, TransactionState.COMMITTED]
+    ctes = [
+        items,
+        "gate AS (SELECT t.transaction_id, t.topic, t.queue_id, t.half_queue_id, "
+        "t.half_queue_offset, t.half_commit_log_offset, i.state, i.action, i.resolved_by, "
+        f"i.reason FROM {table} t JOIN items i ON i.transaction_id = t.transaction_id "
+        "AND i.producer_group = t.producer_group WHERE t.state = %s "
+        "ORDER BY t.transaction_id FOR UPDATE OF t)",
+        "commits AS (SELECT * FROM gate WHERE state = %s)",
+    ]
+    cte, cte_params = message_deliver_cte(
+        source="commits",
+        drop_properties=_HALF_ONLY_PROPERTIES,
+        sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
+        name="delivered",
+    )
+    ctes.append(cte)
+    params += cte_params
     names, values = [], []
     for f in Resolution._meta.concrete_fields:
         if f.primary_key:
             continue
         names.append(connection.ops.quote_name(f.column))
         if f.attname in _RESOLUTION_FROM_GATE:
-            values.append(f"gate.{_RESOLUTION_FROM_GATE[f.attname]}")
+            values.append(f"g.{_RESOLUTION_FROM_GATE[f.attname]}")
+        elif f.attname == "resolved_timestamp":
+            values.append("%s")
+            params.append(now)
         else:
             values.append("%s")
-            params.append(f.get_db_prep_save(getattr(resolution, f.attname), connection))
+            params.append(f.get_db_prep_save(f.get_default(), connection))
     ctes.append(
         f"resolution AS (INSERT INTO {Resolution._meta.db_table} ({', '.join(names)}) "
-        f"SELECT {', '.join(values)} FROM gate{', delivered' if commit else ''} RETURNING 1)"
+        f"SELECT {', '.join(values)} FROM gate g LEFT JOIN delivered d "
+        "ON d.prepared_transaction_offset = g.half_commit_log_offset "
+        "WHERE g.state <> %s OR d.commit_log_offset IS NOT NULL RETURNING transaction_id)"
     )
-    queue_offset = "delivered.queue_offset" if commit else "t.queue_offset"
+    params += [TransactionState.COMMITTED, now]
+    columns = ", ".join(f"t.{f.column}" for f in Transaction._meta.concrete_fields)
     sql = (
-        f"WITH {', '.join(ctes)} UPDATE {table} t SET state = %s, resolved_by = %s, "
-        "resolved_timestamp = %s, next_check_timestamp = NULL, "
-        f"queue_offset = {queue_offset} FROM resolution{', delivered' if commit else ''} "
-        f"WHERE t.transaction_id = %s RETURNING {', '.join(f't.{c}' for c in columns)}"
+        f"WITH {', '.join(ctes)} UPDATE {table} t SET state = g.state, "
+        "resolved_by = g.resolved_by, resolved_timestamp = %s, next_check_timestamp = NULL, "
+        "queue_offset = COALESCE(d.queue_offset, t.queue_offset) FROM gate g "
+        "JOIN resolution r ON r.transaction_id = g.transaction_id LEFT JOIN delivered d "
+        "ON d.prepared_transaction_offset = g.half_commit_log_offset "
+        f"WHERE t.transaction_id = g.transaction_id RETURNING {columns}"
     )
-    params += [state, resolved_by, resolution.resolved_timestamp, transaction_id]
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-    except IntegrityError:  # a second resolution: the locked path says what ended it
-        return None
-    if row is None:
-        return None
-    tx = Transaction.from_db(
-        connection.alias, [f.attname for f in Transaction._meta.concrete_fields], row
-    )
-    if commit:
-        message_visible_on_commit(tx.topic)
-    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
-    transaction_announce(tx, "resolved")
-    return tx
+    return sql, params
 
 
-# The Resolution columns that come from the locked transaction row (``gate``).
+# The Resolution columns that come from the locked transaction row and its item (``gate``).
 _RESOLUTION_FROM_GATE = {
     "transaction_id": "transaction_id",
     "half_queue_id": "half_queue_id",
     "half_queue_offset": "half_queue_offset",
+    "action": "action",
+    "resolved_by": "resolved_by",
+    "reason": "reason",
 }
 
 

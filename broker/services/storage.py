@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -151,6 +153,45 @@ def message_put(
     return message
 
 
+def messages_store(messages: Sequence[Message]) -> None:
+    """Append ``messages`` (unsaved, as ``message_new`` makes them; msg_ids distinct) to the
+    commit log and their queues, all or none; set each one's offsets. Their topics' long polls
+    are woken once the database transaction commits (``message_visible_on_commit``).
+
+    On PostgreSQL one statement appends them all (``messages_append_cte``): its own database
+    transaction for one message outside a caller's transaction, else inside a savepoint.
+    Elsewhere, one ``message_put``-like append per message in one database transaction.
+
+    Raises:
+        LookupError: a queue does not exist; nothing stored.
+    """
+    if not messages:
+        return
+    if connection.vendor == "postgresql":
+        cte, params = messages_append_cte(messages, name="appended")
+        own = connection.in_atomic_block or len(messages) > 1
+        with transaction.atomic() if own else nullcontext(), connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {cte} SELECT msg_id, commit_log_offset, queue_offset FROM appended", params
+            )
+            stored = {row[0]: row[1:] for row in cursor.fetchall()}
+            if len(stored) < len(messages):
+                missing = sorted(
+                    {f"{m.topic}#{m.queue_id}" for m in messages if m.msg_id not in stored}
+                )
+                raise LookupError(f"no queue {', '.join(missing)}")
+        for message in messages:
+            message.commit_log_offset, message.queue_offset = stored[message.msg_id]
+            message._state.adding = False
+            message._state.db = connection.alias
+    else:
+        with transaction.atomic():
+            for message in messages:
+                _append(message)
+    for topic in sorted({message.topic for message in messages}):
+        message_visible_on_commit(topic)
+
+
 def message_visible_on_commit(topic: str) -> None:
     """Wake the long polls waiting on ``topic`` once the current database transaction commits
     (``broker.services.wakeups``, one publish per transaction): a message appended to a topic
@@ -242,29 +283,92 @@ _INSERT_SQL = (
 )
 
 
-def message_append_cte(message: Message, *, name: str) -> tuple[str, list[Any]]:
-    """PostgreSQL: two CTEs that append ``message`` inside a larger statement, so the caller
-    writes rows that depend on the stored message in the same round trip (a half message and
-    its transaction, ``transaction_prepare``).
+def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str, list[Any]]:
+    """PostgreSQL: CTEs that append ``messages`` (unsaved, as ``message_new`` makes them; their
+    msg_ids distinct) inside a larger statement, so the caller writes rows that depend on the
+    stored messages in the same round trip (half messages and their transactions,
+    ``transaction_prepare`` and its batch; a batch of normal messages, ``messages_append``).
 
-    ``{name}_slot`` reserves the next offset of the message's queue (as ``queue_offset_next``)
-    and ``{name}`` inserts the message there, returning ``commit_log_offset, queue_offset``; no
-    queue row: no row (the caller treats that as ``LookupError``, nothing was written).
+    The messages of one queue take consecutive offsets in the given order, from one move of
+    its counter (``queue_slots_cte``: counters locked in ``(topic, queue_id)`` order);
+    ``{name}`` inserts them and returns ``commit_log_offset, queue_offset, msg_id`` per message.
+    A queue that does not exist is not written to (its messages are not returned): the caller
+    checks that every message came back.
 
     Returns:
-        (SQL of the two CTEs, without ``WITH``; their parameters).
+        (SQL of the CTEs ``{name}_items``, ``{name}_counts``, ``{name}_locked``,
+        ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
     """
-    values = [
-        Message._meta.get_field(column).get_db_prep_save(getattr(message, column), connection)
-        for column in _COLUMNS
-    ]
-    sql = (
-        f"{name}_slot AS ({_NEXT_OFFSET_SQL} AS queue_offset), "
-        f"{name} AS (INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
-        f"SELECT {', '.join(['%s'] * len(_COLUMNS))}, queue_offset FROM {name}_slot "
-        "RETURNING commit_log_offset, queue_offset)"
+    fields = [Message._meta.get_field(column) for column in _COLUMNS]
+    items, params = rows_cte(
+        f"{name}_items",
+        [("ord", "integer"), *((f.column, f.db_type(connection)) for f in fields)],
+        [
+            [n, *(f.get_db_prep_save(getattr(m, f.attname), connection) for f in fields)]
+            for n, m in enumerate(messages)
+        ],
     )
-    return sql, [message.topic, message.queue_id, *values]
+    columns = ", ".join(_COLUMNS)
+    sql = (
+        f"{items}, "
+        f"{name}_counts AS (SELECT topic, queue_id, count(*) AS n FROM {name}_items "
+        "GROUP BY topic, queue_id), "
+        f"{queue_slots_cte(name=name, counts=f'{name}_counts')}, "
+        f"{name} AS (INSERT INTO broker_message ({columns}, queue_offset) "
+        f"SELECT {', '.join(f'i.{c}' for c in _COLUMNS)}, s.base - 1 + row_number() OVER "
+        "(PARTITION BY i.topic, i.queue_id ORDER BY i.ord) "
+        f"FROM {name}_items i JOIN {name}_slot s ON s.topic = i.topic AND s.queue_id = i.queue_id "
+        "ORDER BY i.ord RETURNING commit_log_offset, queue_offset, msg_id)"
+    )
+    return sql, params
+
+
+def rows_cte(
+    name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+) -> tuple[str, list[Any]]:
+    """PostgreSQL: a CTE ``name`` of ``rows`` given as parameters, for a set-based statement:
+    ``name(col, ...) AS (VALUES (%s::type, ...), ...)``.
+
+    Scalar parameters, not one array per column (``unnest``): a client-side bound array is
+    quoted element by element, which cost eight times as much for a single row.
+
+    Args:
+        name: the CTE's name.
+        columns: (column name, SQL type) in the rows' order.
+        rows: at least one row (VALUES has no empty form), each one value per column, as the
+            database takes it
+            (``Field.get_db_prep_save``).
+
+    Returns:
+        (the CTE's SQL without ``WITH``, its parameters).
+    """
+    cells = "(" + ", ".join(f"%s::{sql_type}" for _, sql_type in columns) + ")"
+    sql = (
+        f"{name}({', '.join(column for column, _ in columns)}) AS "
+        f"(VALUES {', '.join([cells] * len(rows))})"
+    )
+    return sql, [value for row in rows for value in row]
+
+
+def queue_slots_cte(*, name: str, counts: str) -> str:
+    """PostgreSQL: two CTEs that reserve offsets in several queues at once: ``{name}_locked``
+    locks the counter (``ConsumeQueue`` row) of each queue of ``counts`` (a CTE of ``topic,
+    queue_id, n``) in ``(topic, queue_id)`` order, the order every writer of several queues
+    takes them in, so two statements never deadlock on them; ``{name}_slot`` moves each by
+    ``n`` and returns ``topic, queue_id, base``: the queue's first offset reserved (``base``
+    to ``base + n - 1``). A queue without a counter row is neither locked nor returned.
+
+    As with ``queue_offset_next``, the counters stay locked until the database transaction
+    ends, which keeps offsets gap-free and committed offsets a contiguous prefix.
+    """
+    return (
+        f"{name}_locked AS (SELECT q.topic, q.queue_id, c.n FROM broker_consumequeue q "
+        f"JOIN {counts} c ON q.topic = c.topic AND q.queue_id = c.queue_id "
+        "ORDER BY q.topic, q.queue_id FOR UPDATE OF q), "
+        f"{name}_slot AS (UPDATE broker_consumequeue q SET max_offset = q.max_offset + l.n "
+        f"FROM {name}_locked l WHERE q.topic = l.topic AND q.queue_id = l.queue_id "
+        "RETURNING q.topic, q.queue_id, q.max_offset - l.n AS base)"
+    )
 
 
 def message_copy_cte(
@@ -318,33 +422,41 @@ def message_copy_cte(
 def message_deliver_cte(
     *, source: str, drop_properties: tuple[str, ...], sys_flag: int, name: str
 ) -> tuple[str, list[Any]]:
-    """PostgreSQL: the commit's delivery as two CTEs of a larger statement: copy the half
+    """PostgreSQL: the commits' deliveries as CTEs of a larger statement: copy each half
     message at ``{source}.half_commit_log_offset`` to ``({source}.topic, {source}.queue_id)``,
     as ``message_copy_cte`` does, with ``prepared_transaction_offset`` the half message's commit
-    log offset. ``source`` names an earlier CTE with one row of those three columns (the locked
-    transaction row); no row there, nothing is written.
+    log offset. ``source`` names an earlier CTE with one row per commit, of the columns
+    ``transaction_id``, ``topic``, ``queue_id`` and ``half_commit_log_offset`` (the locked
+    transaction rows); no row there, nothing is written.
 
-    Unlike ``message_copy_cte``, the queue's counter moves only when the half message exists
-    (the half message is joined in ``{name}_slot``): the statement may run as its own database
-    transaction, and a missing half message or queue then leaves no gap in the queue.
-    ``{name}`` returns ``commit_log_offset, queue_offset``; a second delivery of the same half
-    message fails the statement with IntegrityError.
+    The copies to one queue take consecutive offsets, in transaction id order, from one move of
+    its counter (``queue_slots_cte``). A counter moves only by the copies written to its queue
+    (a half message that does not exist is not counted and not copied; a queue that does not
+    exist is not written to): the statement may run as its own database transaction and
+    leaves no gap in any queue. ``{name}`` returns ``commit_log_offset, queue_offset,
+    prepared_transaction_offset`` per copy; a second delivery of the same half message fails
+    the statement with IntegrityError.
 
     Returns:
-        (SQL of the two CTEs ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
+        (SQL of the CTEs ``{name}_src``, ``{name}_counts``, ``{name}_locked``, ``{name}_slot``
+        and ``{name}``, without ``WITH``; their parameters).
     """
     copied = ", ".join(f"m.{c}" for c in _COPIED_COLUMNS)
     sql = (
-        f"{name}_slot AS (UPDATE broker_consumequeue q SET max_offset = q.max_offset + 1 "
-        f"FROM {source} g JOIN broker_message h ON h.commit_log_offset = g.half_commit_log_offset "
-        "WHERE q.topic = g.topic AND q.queue_id = g.queue_id "
-        "RETURNING q.max_offset - 1 AS queue_offset, h.commit_log_offset AS source_offset), "
+        f"{name}_src AS (SELECT g.transaction_id, g.topic, g.queue_id, h.commit_log_offset "
+        f"AS source_offset FROM {source} g JOIN broker_message h "
+        "ON h.commit_log_offset = g.half_commit_log_offset), "
+        f"{name}_counts AS (SELECT topic, queue_id, count(*) AS n FROM {name}_src "
+        "GROUP BY topic, queue_id), "
+        f"{queue_slots_cte(name=name, counts=f'{name}_counts')}, "
         f"{name} AS (INSERT INTO broker_message (topic, queue_id, queue_offset, properties, "
         f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(_COPIED_COLUMNS)}) "
-        f"SELECT g.topic, g.queue_id, s.queue_offset, m.properties - %s::text[], %s, %s, "
-        f"m.commit_log_offset, {copied} FROM {name}_slot s "
-        f"JOIN broker_message m ON m.commit_log_offset = s.source_offset, {source} g "
-        "RETURNING commit_log_offset, queue_offset)"
+        "SELECT s.topic, s.queue_id, sl.base - 1 + row_number() OVER "
+        "(PARTITION BY s.topic, s.queue_id ORDER BY s.transaction_id), "
+        f"m.properties - %s::text[], %s, %s, m.commit_log_offset, {copied} FROM {name}_src s "
+        f"JOIN {name}_slot sl ON sl.topic = s.topic AND sl.queue_id = s.queue_id "
+        "JOIN broker_message m ON m.commit_log_offset = s.source_offset "
+        "RETURNING commit_log_offset, queue_offset, prepared_transaction_offset)"
     )
     return sql, [list(drop_properties), sys_flag, now_ms()]
 

@@ -9,7 +9,9 @@ the operator actions and the tests import them from.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 
@@ -51,7 +53,13 @@ from broker.services.resolution import (
     transaction_resolve_locked,
     transaction_resolve_prepared,
 )
-from broker.services.storage import message_append_cte, message_new, message_put, new_msg_id
+from broker.services.storage import (
+    message_new,
+    message_put,
+    messages_append_cte,
+    new_msg_id,
+    rows_cte,
+)
 from broker.services.validation import action_validate, message_validate
 
 __all__ = [
@@ -62,6 +70,8 @@ __all__ = [
     "transaction_event_record",
     "transaction_get_locked",
     "transaction_prepare",
+    "transaction_prepare_repeat",
+    "transactions_store",
     "transaction_resolve_locked",
 ]
 
@@ -72,7 +82,15 @@ def half_queue_select(transaction_id: str) -> int:
     return zlib.crc32(b"half:" + transaction_id.encode()) % conf.half_queue_nums
 
 
-def transaction_prepare(
+class HalfPlan(NamedTuple):
+    """A half message and its transaction row, checked and built but not stored yet
+    (``transaction_plan``)."""
+
+    half: Message
+    tx: Transaction
+
+
+def transaction_plan(
     *,
     producer_group: str,
     topic: str,
@@ -83,24 +101,19 @@ def transaction_prepare(
     properties: dict[str, Any] | None = None,
     msg_id: str | None = None,
     check_immunity_seconds: int | None = None,
-) -> tuple[Transaction, bool]:
-    """Store a half message on ``RMQ_SYS_TRANS_HALF_TOPIC``, invisible to consumers.
+) -> HalfPlan:
+    """Check a half message and build it and its transaction row, unsaved: every rule of a
+    send that needs no write (``transaction_prepare``'s arguments and errors).
 
     The real topic and queue go into the properties (REAL_TOPIC, REAL_QID), as RocketMQ's
     ``TransactionalMessageBridge.parseHalfMessageInner`` does. The first check is due
     ``HALFMOON_TRANSACTION_TIMEOUT_MS`` after birth, or ``check_immunity_seconds`` if that is
-    longer (a shorter one is raised to the timeout; above 3600 s is refused, as RocketMQ 5's proxy).
-
-    Idempotent by ``msg_id`` (= transaction id): the same id again for the same group returns
-    the stored transaction and stores nothing.
-
-    Returns:
-        (transaction, created): created is False when the msg_id was already stored.
+    longer (a shorter one is raised to the timeout; above 3600 s is refused, as RocketMQ 5's
+    proxy). Without ``msg_id`` a new one is made (``new_msg_id``).
 
     Raises:
         NotFound: ``producer_group_not_found``, ``topic_not_found``.
         Forbidden: ``system_topic``.
-        Conflict: ``duplicate_msg_id`` (the msg_id belongs to another producer group).
         InvalidInput, TooLarge: bad immunity, body or properties.
     """
     props = message_validate(body=body, properties=properties)
@@ -154,83 +167,136 @@ def transaction_prepare(
         born_timestamp=half.born_timestamp,
         next_check_timestamp=half.born_timestamp + immunity_ms,
     )
+    return HalfPlan(half, tx)
+
+
+def transaction_prepare(**send: Any) -> tuple[Transaction, bool]:
+    """Store a half message on ``RMQ_SYS_TRANS_HALF_TOPIC``, invisible to consumers.
+
+    Args:
+        send: ``transaction_plan``'s keyword arguments (``producer_group``, ``topic``,
+            ``body``, ``body_is_text``, ``tags``, ``keys``, ``properties``, ``msg_id``,
+            ``check_immunity_seconds``).
+
+    Idempotent by ``msg_id`` (= transaction id): the same id again for the same group returns
+    the stored transaction and stores nothing.
+
+    Returns:
+        (transaction, created): created is False when the msg_id was already stored.
+
+    Raises:
+        NotFound: ``producer_group_not_found``, ``topic_not_found``.
+        Forbidden: ``system_topic``.
+        Conflict: ``duplicate_msg_id`` (the msg_id belongs to another producer group).
+        InvalidInput, TooLarge: bad immunity, body or properties.
+    """
+    plan = transaction_plan(**send)
     try:
         if connection.in_atomic_block:  # a caller's transaction: a failed insert must not end it
             with transaction.atomic():
-                _prepare_store(half, tx)
+                transactions_store([plan])
         else:
-            _prepare_store(half, tx)
+            transactions_store([plan])
     except IntegrityError:
         # The msg_id is stored already (a retry, or a concurrent send that won): the half
         # message written with the failed insert rolled back with it; answer the stored one.
-        existing = Transaction.objects.filter(pk=transaction_id).first()
+        existing = Transaction.objects.filter(pk=plan.tx.transaction_id).first()
         if existing is None:
             raise
-        return _prepare_repeat(existing, producer_group), False
-    return tx, True
+        return transaction_prepare_repeat(existing, plan.tx.producer_group), False
+    return plan.tx, True
 
 
-def _prepare_store(half: Message, tx: Transaction) -> None:
-    """Store the half message and its transaction row together, and announce ``prepared``.
+def transactions_store(plans: Sequence[HalfPlan]) -> None:
+    """Store the half messages of ``plans`` (``transaction_plan``; msg_ids distinct) with their
+    transaction rows, and announce each ``prepared`` once the database transaction commits.
+    Sets each transaction's ``half_queue_offset`` and ``half_commit_log_offset``.
 
-    On PostgreSQL one statement does both (``_prepare_store_postgresql``); elsewhere, or when
-    the half queue does not exist yet (``message_put`` creates it), one database transaction.
+    On PostgreSQL one statement stores them all (``_store_postgresql``): one half message or a
+    batch of them; its own database transaction when there is one plan and no caller's
+    transaction (no BEGIN/COMMIT round trips), else a savepoint. Elsewhere, or when a half queue
+    does not exist yet (``message_put`` creates it), one database transaction of a
+    ``message_put`` and an insert per plan.
 
     Raises:
-        IntegrityError: the msg_id (or the half queue offset) is stored already.
+        IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.
     """
-    if not (connection.vendor == "postgresql" and _prepare_store_postgresql(half, tx)):
+    if not plans:
+        return
+    stored = False
+    if connection.vendor == "postgresql":
+        own = connection.in_atomic_block or len(plans) > 1
+        try:
+            with transaction.atomic() if own else nullcontext():
+                stored = _store_postgresql(plans)
+                if not stored:
+                    raise _HalfQueueMissing  # undo what the statement wrote for the others
+        except _HalfQueueMissing:
+            pass
+    if not stored:
         with transaction.atomic():
-            stored = message_put(
-                system_queue_nums=conf.half_queue_nums,
-                topic=half.topic,
-                queue_id=half.queue_id,
-                msg_id=half.msg_id,
-                body=half.body,
-                body_is_text=half.body_is_text,
-                tags=half.tags,
-                keys=half.keys,
-                properties=half.properties,
-                sys_flag=half.sys_flag,
-                producer_group=half.producer_group,
-                born_timestamp=half.born_timestamp,
-            )
-            tx.half_queue_offset = stored.queue_offset
-            tx.half_commit_log_offset = stored.commit_log_offset
-            tx.save(force_insert=True)
-    transaction_announce(tx, "prepared")
+            for half, tx in plans:
+                message = message_put(
+                    system_queue_nums=conf.half_queue_nums,
+                    topic=half.topic,
+                    queue_id=half.queue_id,
+                    msg_id=half.msg_id,
+                    body=half.body,
+                    body_is_text=half.body_is_text,
+                    tags=half.tags,
+                    keys=half.keys,
+                    properties=half.properties,
+                    sys_flag=half.sys_flag,
+                    producer_group=half.producer_group,
+                    born_timestamp=half.born_timestamp,
+                )
+                tx.half_queue_offset = message.queue_offset
+                tx.half_commit_log_offset = message.commit_log_offset
+                tx.save(force_insert=True)
+    for plan in plans:
+        transaction_announce(plan.tx, "prepared")
 
 
-def _prepare_store_postgresql(half: Message, tx: Transaction) -> bool:
-    """Insert ``half`` (``message_append_cte``) and ``tx`` with the half message's offsets in
-    one statement: atomic by itself, so no BEGIN/COMMIT round trips when the caller has no
-    database transaction. Returns False, with nothing written, if the half queue does not
-    exist yet.
+class _HalfQueueMissing(Exception):
+    """A half queue of the plans has no counter row yet (``transactions_store``)."""
+
+
+def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
+    """Insert the half messages of ``plans`` (``messages_append_cte``) and their transaction
+    rows, with the half messages' offsets, in one statement. Returns False when a half queue
+    does not exist yet: then the plans of that queue were not written (the caller undoes the
+    others).
 
     Raises:
-        IntegrityError: the msg_id (or the half queue offset) is stored already; nothing stored.
+        IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.
     """
-    cte, params = message_append_cte(half, name="half")
-    columns, values = [], []
-    for field in Transaction._meta.concrete_fields:
-        columns.append(connection.ops.quote_name(field.column))
-        if field.attname in _HALF_OFFSET_COLUMNS:
-            values.append(f"half.{_HALF_OFFSET_COLUMNS[field.attname]}")
-        else:
-            values.append("%s")
-            params.append(field.get_db_prep_save(getattr(tx, field.attname), connection))
+    cte, params = messages_append_cte([plan.half for plan in plans], name="half")
+    fields = [f for f in Transaction._meta.concrete_fields if f.attname not in _HALF_OFFSET_COLUMNS]
+    columns = [connection.ops.quote_name(f.column) for f in fields]
+    items, item_params = rows_cte(
+        "tx_items",
+        [(column, f.db_type(connection)) for column, f in zip(columns, fields, strict=True)],
+        [[f.get_db_prep_save(getattr(p.tx, f.attname), connection) for f in fields] for p in plans],
+    )
+    params += item_params
+    offsets = ", ".join(f"half.{source}" for source in _HALF_OFFSET_COLUMNS.values())
     sql = (
-        f"WITH {cte} INSERT INTO {Transaction._meta.db_table} ({', '.join(columns)}) "
-        f"SELECT {', '.join(values)} FROM half RETURNING half_queue_offset, half_commit_log_offset"
+        f"WITH {cte}, {items} INSERT INTO {Transaction._meta.db_table} "
+        f"({', '.join(columns)}, {', '.join(_HALF_OFFSET_COLUMNS)}) "
+        f"SELECT {', '.join(f't.{c}' for c in columns)}, {offsets} FROM tx_items t "
+        "JOIN half ON half.msg_id = t.transaction_id "
+        f"RETURNING transaction_id, {', '.join(_HALF_OFFSET_COLUMNS)}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+        rows = cursor.fetchall()
+    if len(rows) < len(plans):
         return False
-    tx.half_queue_offset, tx.half_commit_log_offset = row
-    tx._state.adding = False
-    tx._state.db = connection.alias
+    stored = {row[0]: row[1:] for row in rows}
+    for _, tx in plans:
+        tx.half_queue_offset, tx.half_commit_log_offset = stored[tx.transaction_id]
+        tx._state.adding = False
+        tx._state.db = connection.alias
     return True
 
 
@@ -241,7 +307,13 @@ _HALF_OFFSET_COLUMNS = {
 }
 
 
-def _prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:
+def transaction_prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:
+    """The answer to a half message sent again with a stored msg_id: the stored transaction
+    ``existing``, if ``producer_group`` sent it (idempotent send).
+
+    Raises:
+        Conflict: ``duplicate_msg_id``: another producer group's msg_id.
+    """
     if existing.producer_group != producer_group:
         raise Conflict(
             f"msg_id {existing.transaction_id} was already sent by another producer group.",
@@ -296,7 +368,7 @@ def transaction_end(
             refused end is journalled first (``end_refused``, see ``_end_refused_record``).
     """
     action_validate(action, END_ACTIONS)
-    by = ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
+    by = end_resolved_by(from_transaction_check)
     if (
         action in RESOLVING_ACTIONS
         and connection.vendor == "postgresql"
@@ -333,6 +405,12 @@ def transaction_end(
         _end_refused_record(tx, action=action, actor=by)
         raise
     return tx
+
+
+def end_resolved_by(from_transaction_check: bool) -> str:
+    """Who a producer's end is journalled as resolved by: ``check`` when it answers a
+    back-check (``fromTransactionCheck``), else ``producer`` (``ResolvedBy``)."""
+    return ResolvedBy.CHECK if from_transaction_check else ResolvedBy.PRODUCER
 
 
 def _producer_group_check(tx: Transaction, producer_group: str) -> None:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,8 @@ def test_a_new_generation_in_redis_drops_this_process_cached_keys():
     assert access_key_by_hash(token_hash(token)).producer_groups == ["G"]  # still cached
 
     redis.Redis.from_url(django_settings.REDIS_URL).set(
-        lookups.ACCESS_KEY_GENERATION_KEY, "elsewhere"
+        lookups.ACCESS_KEY_GENERATION_KEY,
+        uuid.uuid4().hex,  # never the one cached under
     )
     time.sleep(lookups.ACCESS_KEY_GENERATION_CHECK_S + 0.05)
 

@@ -6,6 +6,7 @@ nothing stored)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -242,3 +243,26 @@ def test_the_schema_says_strings_carry_no_nul(document):
     # A string that may be blank: the pattern, or the empty string.
     tags = document["components"]["schemas"]["TransactionPrepareInRequest"]["properties"]["tags"]
     assert tags["oneOf"][0]["pattern"] == "^[^\\u0000]*$"
+
+
+# --- The names the broker keeps for itself -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "extra", "code"),
+    [
+        ("/api/v1/topics", "RMQ_SYS_MINE", {}, "system_topic"),
+        ("/api/v1/topics", "%DLQ%C", {}, "system_topic"),
+        ("/api/v1/topics", "TRANS_CHECK_MAX_TIME_TOPIC", {}, "system_topic"),
+        ("/api/v1/producer-groups", "PID_RMQ_SYS_X", {"check_url": None}, "reserved_group"),
+        ("/api/v1/consumer-groups", "CID_RMQ_SYS_", {}, "reserved_group"),
+    ],
+)
+def test_a_reserved_name_is_documented_and_refused(document, owner, path, name, extra, code):
+    """A schemathesis run found ``CID_RMQ_SYS_`` valid by the document and refused by the
+    broker: the create bodies now say ``not`` the reserved names, with the rule's own pattern."""
+    pattern = _request_schema(document, path, "post")["properties"]["name"]["not"]["pattern"]
+
+    assert re.search(pattern, name)
+    assert not re.search(pattern, "TranTest_RMQ_SYS_")
+    assert_error(post(owner, path, {"name": name, **extra}), 400, code)

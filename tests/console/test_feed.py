@@ -12,13 +12,21 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from broker.events import BulkActionProgress, bulk_action_progress_publish
+from broker.events import (
+    BULK_ACTIONS_GROUP,
+    TRANSACTIONS_GROUP,
+    BulkActionProgress,
+    announcements_coalesce,
+    bulk_action_progress_publish,
+)
 from broker.models import now_ms
+from broker.services.batch import transaction_end_batch, transaction_prepare_batch
 from broker.services.transactions import transaction_end, transaction_prepare
 from halfmoon.asgi import application
 
@@ -145,3 +153,77 @@ def test_a_viewer_sees_bulk_action_progress(console_user):
 
     expected = {k: v for k, v in event.items() if k != "type"}
     assert message == {"stream": "bulk", **expected}
+
+
+def _change(n: int, kind: str = "prepared") -> dict[str, Any]:
+    return {
+        "type": "transaction.event",
+        "kind": kind,
+        "transaction_id": f"T{n}",
+        "producer_group": "G",
+        "topic": "TranTest",
+        "state": "PREPARED",
+        "check_times": 0,
+        "timestamp": n,
+    }
+
+
+def test_events_queued_together_go_as_one_message_per_group_in_order():
+    """What the publisher sends for events queued while it was busy: runs of one group become
+    one ``<type>s`` message with the events in order; a lone event goes as itself."""
+    bulk = {"type": "bulk.progress", "bulk_id": 1}
+    waiting = [
+        (TRANSACTIONS_GROUP, _change(1)),
+        (TRANSACTIONS_GROUP, _change(2)),
+        (BULK_ACTIONS_GROUP, bulk),
+        (TRANSACTIONS_GROUP, _change(3)),
+    ]
+
+    messages = announcements_coalesce(waiting)
+
+    assert messages == [
+        (TRANSACTIONS_GROUP, {"type": "transaction.events", "events": [_change(1), _change(2)]}),
+        (BULK_ACTIONS_GROUP, bulk),
+        (TRANSACTIONS_GROUP, _change(3)),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_viewer_sees_each_event_of_aannouncements_coalesce_message_in_order(console_user):
+    events = [_change(n, kind) for n, kind in enumerate(["prepared", "resolved", "discarded"])]
+
+    def publish() -> None:
+        async_to_sync(get_channel_layer().group_send)(
+            TRANSACTIONS_GROUP, {"type": "transaction.events", "events": events}
+        )
+
+    messages = received_after(console_user("viewer"), publish, count=3)
+
+    assert messages == [
+        {"stream": "transaction", **{k: v for k, v in e.items() if k != "type"}} for e in events
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_of_commits_reaches_the_feed_once_each_in_order(
+    console_user, topic, producer_group
+):
+    """32 half messages and their commits in two batches: 64 events, published in few
+    channel-layer messages, each relayed once, every prepared before its resolved."""
+    ids: list[str] = []
+
+    def send() -> None:
+        sends = [{"producer_group": "G", "topic": "TranTest", "body": b"x"} for _ in range(32)]
+        ids.extend(tx.transaction_id for tx, _ in transaction_prepare_batch(sends=sends))
+
+    def commit() -> None:
+        ends = [{"transaction_id": t, "producer_group": "G", "action": "commit"} for t in ids]
+        transaction_end_batch(ends=ends)
+
+    messages = received_after(console_user("viewer"), send, commit, count=64)
+
+    seen = [(m["kind"], m["transaction_id"]) for m in messages]
+    assert sorted(seen) == sorted([("prepared", t) for t in ids] + [("resolved", t) for t in ids])
+    assert max(seen.index(("prepared", t)) for t in ids) < min(
+        seen.index(("resolved", t)) for t in ids
+    )

@@ -1,0 +1,175 @@
+"""How the web process serves HTTP: the API's and the console's views through Django's WSGI
+handler on a small pool of threads, the long polls through Django's ASGI handler.
+
+Measured on these machines (``bench/throughput.py --serving-compare``, docs/operations.md
+"Serving: what was measured"), a request through Django's ASGI handler costs about twice the
+server CPU of the same request through its WSGI handler: under ASGI every sync view and sync
+middleware hook is a ``sync_to_async`` hop into a thread made for that request, and as many
+requests as are in flight each hold a pooled database connection, contending for the same
+offset counters. WSGI servers are faster for the REST API, but the console's websockets and the
+long polls (``POST /consumer-groups/{name}/receive``, ``GET /producer-groups/{name}/check-
+requests`` with ``wait_ms`` up to 30 s) need ASGI: under WSGI each waiting request would hold a
+whole worker.
+
+So one ASGI server (uvicorn) serves everything behind one address, and ``HTTPSplit`` hands each
+HTTP request to one of two Django handlers of the same project:
+
+- a long poll (a view marked ``long_poll``, ``broker.api.views_poll``): Django's ASGI handler
+  (``halfmoon.body_limit.ASGIHandler``), which waits holding no thread;
+- everything else: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per process
+  (default 4), reused from request to request (``BufferedWSGI``): a request runs in one thread
+  from its first middleware to its response, as under a WSGI server, and at most that many
+  requests per process hold a database connection at once.
+
+Before either handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
+bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``) and, when the client sent it chunked, its
+length is stated in a ``Content-Length`` header: Django's WSGI request reads no body without one,
+and DRF decides from it whether there is a body at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import io
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from a2wsgi.wsgi import build_environ
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIHandler
+
+from halfmoon.body_limit import declared_content_length, is_long_poll
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+async def body_read(receive: Receive) -> bytes | None:
+    """The whole request body, from ``http.request`` messages until one without
+    ``more_body``; None when the client disconnected first (or the body limit in front refused
+    the body: it then hands on ``http.disconnect``)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def body_replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``body`` as one ``http.request`` message, then whatever
+    ``receive`` says next (the client's ``http.disconnect``)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay
+
+
+def with_content_length(scope: Scope, size: int) -> Scope:
+    """``scope`` with a ``Content-Length: size`` header when it declared none and ``size`` is
+    not 0 (a request without a body keeps having no length, as it came)."""
+    if size == 0 or declared_content_length(scope) is not None:
+        return scope
+    return {**scope, "headers": [*scope.get("headers", ()), (b"content-length", b"%d" % size)]}
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class BufferedWSGI:
+    """Run a WSGI application for ASGI HTTP requests whose body is already read, on a pool of
+    ``threads`` threads, answering with the whole response at once.
+
+    a2wsgi's ``WSGIMiddleware`` hands every body read and every response message across
+    threads (``run_coroutine_threadsafe``, five hops for a small JSON answer); measured under
+    load that was a fifth of a web worker's CPU. Here the WSGI environ is a2wsgi's
+    (``build_environ``, PEP 3333) with the body in memory, the application runs to the end of
+    its response in one thread, and one hop brings status, headers and body back. Every
+    response of this project is small and none streams (static files are served before it), so
+    nothing is lost by not streaming.
+
+    Args:
+        app: the WSGI application (Django's ``WSGIHandler``).
+        threads: the size of the thread pool.
+    """
+
+    def __init__(self, app: WSGIApp, threads: int) -> None:
+        self.app = app
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request; ``receive`` hands out the whole body in its first message
+        (``body_replay``)."""
+        message = await receive()
+        environ = build_environ(scope, io.BytesIO(message.get("body", b"")))  # type: ignore[arg-type]
+        call = contextvars.copy_context().run
+        status, headers, body = await asyncio.get_running_loop().run_in_executor(
+            self.executor, call, self._respond, environ
+        )
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _respond(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Run the application in this (pool) thread: (status code, ASGI headers, body)."""
+        started: list[Any] = []
+        chunks: list[bytes] = []
+
+        def start_response(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], None]:
+            started[:] = [status, headers]  # nothing is sent yet: a later call replaces it
+            return chunks.append
+
+        iterable = self.app(environ, start_response)
+        try:
+            chunks.extend(iterable)
+        finally:
+            getattr(iterable, "close", lambda: None)()  # Django's request_finished
+        status, headers = started
+        encoded = [
+            (n.strip().lower().encode("latin1"), v.strip().encode("latin1")) for n, v in headers
+        ]
+        return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
+
+
+class HTTPSplit:
+    """The HTTP application of ``halfmoon.asgi``: long polls to ``asgi_app``, every other
+    request to Django's WSGI handler on ``threads`` threads (see the module docstring).
+
+    Args:
+        asgi_app: Django's ASGI handler (``halfmoon.body_limit.ASGIHandler``), for long polls.
+        wsgi_app: the WSGI application of the other requests; default Django's
+            ``WSGIHandler``.
+        threads: threads serving ``wsgi_app`` in this process; default
+            ``settings.HALFMOON_WEB_THREADS``.
+    """
+
+    def __init__(
+        self, asgi_app: ASGIApp, wsgi_app: WSGIApp | None = None, threads: int | None = None
+    ) -> None:
+        self.asgi_app = asgi_app
+        self.threads = threads if threads is not None else settings.HALFMOON_WEB_THREADS
+        self.wsgi_app = BufferedWSGI(wsgi_app or WSGIHandler(), threads=self.threads)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request; other scopes (lifespan) go to the ASGI handler."""
+        if scope["type"] != "http":
+            await self.asgi_app(scope, receive, send)
+            return
+        body = await body_read(receive)
+        if body is None:
+            return  # gone, or refused by the body limit (which answered 413)
+        scope = with_content_length(scope, len(body))
+        app = self.asgi_app if is_long_poll(scope["path"]) else self.wsgi_app
+        await app(scope, body_replay(body, receive), send)

@@ -1,0 +1,160 @@
+"""How the web process serves HTTP (``halfmoon.serving``): long polls to the ASGI handler,
+everything else to a WSGI application on a bounded pool of threads, each body read whole first
+and a chunked body's length stated."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from halfmoon.serving import BufferedWSGI, HTTPSplit
+
+
+def scope(path: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """An HTTP/1.1 POST scope as uvicorn builds it."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"a=1",
+        "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+def serve(app: Any, request_scope: dict[str, Any], chunks: list[bytes]) -> list[dict[str, Any]]:
+    """Run one request through ``app``, the body in ``chunks``; the messages it sent."""
+    pending = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        await asyncio.Event().wait()  # the client keeps the connection open
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async_to_sync(app)(request_scope, receive, send)
+    return sent
+
+
+class EchoWSGI:
+    """A WSGI application answering 201 with what it saw; counts the requests inside it."""
+
+    def __init__(self, hold_s: float = 0.0) -> None:
+        self.hold_s = hold_s
+        self.inside = 0
+        self.most_inside = 0
+        self.closed_in: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        with self.lock:
+            self.inside += 1
+            self.most_inside = max(self.most_inside, self.inside)
+        time.sleep(self.hold_s)
+        body = environ["wsgi.input"].read()
+        seen = (
+            f"{environ['PATH_INFO']}?{environ['QUERY_STRING']} "
+            f"{environ.get('CONTENT_LENGTH')} {body.decode()} {threading.current_thread().name}"
+        )
+        with self.lock:
+            self.inside -= 1
+        start_response("201 Created", [("Content-Type", "text/plain"), ("X-Seen", "yes")])
+        app = self
+
+        class Body(list):
+            def close(self) -> None:
+                app.closed_in.append(threading.current_thread().name)
+
+        return Body([seen.encode()])
+
+
+class RecordingASGI:
+    """An ASGI application that answers 200 with the body it received."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.paths.append(scope["path"])
+        message = await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": message["body"]})
+
+
+def test_a_sync_view_runs_in_a_pool_thread_with_the_whole_body_and_one_answer():
+    wsgi = EchoWSGI()
+    split = HTTPSplit(RecordingASGI(), wsgi_app=wsgi, threads=2)
+
+    sent = serve(split, scope("/api/v1/transactions"), [b"hel", b"lo"])
+
+    start, body = sent
+    assert start["status"] == 201
+    assert (b"x-seen", b"yes") in start["headers"]
+    assert body["more_body"] is False
+    path_query, length, text, thread = body["body"].decode().split(" ")
+    assert (path_query, length, text) == ("/api/v1/transactions?a=1", "5", "hello")
+    assert thread.startswith("wsgi")
+    assert wsgi.closed_in == [thread]  # Django's request_finished runs in the same thread
+
+
+def test_a_long_poll_goes_to_the_asgi_handler():
+    asgi = RecordingASGI()
+    split = HTTPSplit(asgi, wsgi_app=EchoWSGI(), threads=1)
+
+    sent = serve(split, scope("/api/v1/consumer-groups/CG/receive"), [b'{"topic":', b'"T"}'])
+
+    assert asgi.paths == ["/api/v1/consumer-groups/CG/receive"]
+    assert sent[-1]["body"] == b'{"topic":"T"}'
+
+
+def test_a_chunked_body_gets_its_length_and_an_empty_one_none():
+    wsgi = EchoWSGI()
+    split = HTTPSplit(RecordingASGI(), wsgi_app=wsgi, threads=1)
+
+    chunked = serve(split, scope("/x"), [b"ab", b"cd", b"e"])
+    empty = serve(split, scope("/x"), [b""])
+    declared = serve(split, scope("/x", {"content-length": "3"}), [b"abc"])
+
+    assert chunked[-1]["body"].decode().split(" ")[1] == "5"
+    assert empty[-1]["body"].decode().split(" ")[1] == "None"
+    assert declared[-1]["body"].decode().split(" ")[1] == "3"
+
+
+def test_no_more_requests_than_threads_run_at_once():
+    wsgi = EchoWSGI(hold_s=0.05)
+    buffered = BufferedWSGI(wsgi, threads=2)
+
+    async def one() -> None:
+        replayed = [{"type": "http.request", "body": b"x", "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return replayed.pop()
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        await buffered(scope("/x"), receive, send)
+
+    async def many() -> None:
+        await asyncio.gather(*(one() for _ in range(8)))
+
+    async_to_sync(many)()
+
+    assert wsgi.most_inside == 2
