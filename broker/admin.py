@@ -516,3 +516,7 @@ class ReconciliationAnalyticsAdmin(ReadOnlyAdmin):
 
     list_display = ["run", "hour_timestamp", "producer_group", "topic", "transactions"]
     list_filter = ["producer_group"]
+
+
+# Halfmoon's own alerts: rules and receivers through their services, the rest view-only.
+from broker import admin_alerts  # noqa: E402,F401

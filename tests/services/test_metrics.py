@@ -18,9 +18,9 @@ from django.db.models import Count
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
 from broker.metrics import REGISTRY
-from broker.conf import conf
 from broker.models import (
     MetricRollup,
     MetricWatermark,
