@@ -95,10 +95,12 @@ def alert_snapshot(
 def notifications_queue(
     alert: Alert, *, rule: AlertRule | None, event: NotificationEvent, now: int
 ) -> Counter[str]:
-    """Queue one notification of ``event`` for ``alert`` per enabled receiver, due at ``now``
-    (ms), inside the caller's database transaction. Returns the count queued, by event."""
+    """Queue one notification of ``event`` for ``alert`` per enabled receiver, inside the
+    caller's database transaction, due at once (on the clock: ``now``, ms, is the evaluation's
+    time, which the snapshot describes). Returns the count queued, by event."""
     payload = alert_snapshot(alert, rule=rule, event=event, now=now).as_dict()
     receivers = list(AlertReceiver.objects.filter(enabled=True).order_by("name"))
+    queued_at = now_ms()
     AlertNotification.objects.bulk_create(
         [
             AlertNotification(
@@ -107,8 +109,8 @@ def notifications_queue(
                 receiver_name=receiver.name,
                 event=event,
                 payload=payload,
-                next_attempt_timestamp=now,
-                created_timestamp=now,
+                next_attempt_timestamp=queued_at,
+                created_timestamp=queued_at,
             )
             for receiver in receivers
         ]
@@ -141,7 +143,7 @@ def _claim(now: int, limit: int) -> list[AlertNotification]:
     each, next attempt a lease ahead. One short transaction."""
     with transaction.atomic():
         due = list(
-            AlertNotification.objects.select_for_update(skip_locked=True)
+            AlertNotification.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(state=AlertNotification.State.PENDING, next_attempt_timestamp__lte=now)
             .select_related("receiver")
             .order_by("next_attempt_timestamp", "pk")[:limit]
