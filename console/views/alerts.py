@@ -21,7 +21,7 @@ from django.shortcuts import redirect, render
 from django.urls import URLPattern, path
 from django.views import View
 
-from broker.errors import HalfmoonError, NotFound
+from broker.errors import HalfmoonError, InvalidInput, NotFound
 from broker.models import AlertNotification, AlertReceiver, AlertRule, now_ms
 from broker.rules.alerts import KINDS, AlertKind
 from broker.selectors_alerts import (
@@ -194,6 +194,17 @@ def _receiver(name: str | None) -> AlertReceiver:
     return receiver
 
 
+def _group_checked(apply: Any) -> Any:
+    """``apply`` (a rule's create or update) with an unknown group in the form reported on
+    the form's ``group`` field (400), not as the page's 404."""
+    try:
+        return apply()
+    except NotFound as error:
+        if error.code not in ("producer_group_not_found", "consumer_group_not_found"):
+            raise
+        raise InvalidInput(error.message, code=error.code, details={"field": "group"}) from error
+
+
 class AlertRuleCreateView(_ServiceFormView):
     """``/console/alerts/rules/new/`` (admin): ``alert_rule_create``."""
 
@@ -206,17 +217,7 @@ class AlertRuleCreateView(_ServiceFormView):
         return {"enabled": True, "severity": "warning"}
 
     def apply(self, data: dict[str, Any], name: str | None) -> AlertRule:
-        return rules.alert_rule_create(
-            name=data["name"],
-            kind=data["kind"],
-            group=data["group"],
-            threshold=data["threshold"],
-            window_s=data["window_s"],
-            severity=data["severity"],
-            repeat_interval_s=data["repeat_interval_s"],
-            enabled=data["enabled"],
-            description=data["description"],
-        )
+        return _group_checked(lambda: rules.alert_rule_create(**data))
 
 
 class AlertRuleEditView(_ServiceFormView):
@@ -232,7 +233,7 @@ class AlertRuleEditView(_ServiceFormView):
         return {field: getattr(rule, field) for field in AlertRuleEditForm.base_fields}
 
     def apply(self, data: dict[str, Any], name: str | None) -> AlertRule:
-        return rules.alert_rule_update(name=name or "", **data)
+        return _group_checked(lambda: rules.alert_rule_update(name=name or "", **data))
 
 
 class AlertRuleDeleteView(ManageConsoleRequired, View):
