@@ -6,7 +6,9 @@ notifications shown and retried, and the rules and receivers an admin manages
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from broker.models import (
@@ -19,6 +21,7 @@ from broker.models import (
     Transaction,
     now_ms,
 )
+from broker.selectors_alerts import BANNER_ALERTS, BANNER_QUERIES, banner
 from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
 from broker.services.transactions import transaction_end
@@ -90,6 +93,22 @@ def test_the_banner_is_for_signed_in_viewers_only(client, stuck):
     assert 'id="alerts-banner"' not in client.get("/console/login/").content.decode()
     signed_in(client, None)
     assert client.get("/console/").status_code == 403
+
+
+@pytest.mark.parametrize("firing", [0, 1, 30])
+def test_the_banner_costs_the_same_queries_whatever_fires(stuck, firing):
+    for n in range(firing):
+        alert_rule_create(name=f"r{n}", kind="oldest_pending", threshold=0)
+    if firing:
+        tick(stuck.born_timestamp + 1000)
+        AlertNotification.objects.update(state="failed")
+
+    with CaptureQueriesContext(connection) as queries:
+        made = banner(now_ms())
+
+    assert made.firing == (firing + 1 if firing else 0)
+    assert len(queries) == BANNER_QUERIES + (1 if firing else 0)
+    assert len(made.shown) == min(made.firing, BANNER_ALERTS)
 
 
 def test_a_silenced_alert_leaves_the_banner_but_is_counted(console_client, stuck):
