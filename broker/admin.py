@@ -383,7 +383,7 @@ class MetricWatermarkAdmin(ReadOnlyAdmin):
 
 @admin.register(models.MetricRollup)
 class MetricRollupAdmin(ReadOnlyAdmin):
-    list_display = ["source", "kind", "label", "count", "sum_ms"]
+    list_display = ["source", "kind", "label", "producer_group", "count", "sum_ms"]
     list_filter = ["source", "kind"]
 
 
