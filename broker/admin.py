@@ -383,7 +383,7 @@ class MetricWatermarkAdmin(ReadOnlyAdmin):
 
 @admin.register(models.MetricRollup)
 class MetricRollupAdmin(ReadOnlyAdmin):
-    list_display = ["source", "kind", "label", "count", "sum_ms"]
+    list_display = ["source", "kind", "label", "producer_group", "count", "sum_ms"]
     list_filter = ["source", "kind"]
 
 
@@ -516,3 +516,7 @@ class ReconciliationAnalyticsAdmin(ReadOnlyAdmin):
 
     list_display = ["run", "hour_timestamp", "producer_group", "topic", "transactions"]
     list_filter = ["producer_group"]
+
+
+# Halfmoon's own alerts: rules and receivers through their services, the rest view-only.
+from broker import admin_alerts  # noqa: E402,F401

@@ -63,6 +63,11 @@ class BrokerConf:
     visibility_sla_ms = _BrokerSetting()
     reconcile_max_stored_anomalies = _BrokerSetting()
     batch_max_messages = _BrokerSetting()
+    alert_evaluation_interval_ms = _BrokerSetting()
+    alert_repeat_interval_ms = _BrokerSetting()
+    alert_notify_timeout_ms = _BrokerSetting()
+    alert_notify_max_attempts = _BrokerSetting()
+    alert_notify_backoff_ms = _BrokerSetting()
 
     @classmethod
     def env_names(cls) -> set[str]:
@@ -85,6 +90,11 @@ class BrokerConf:
     def archive_interval_s(self) -> int:
         """The archive export's beat period in whole seconds (at least 1)."""
         return max(1, self.archive_interval_ms // 1000)
+
+    @property
+    def alert_evaluation_interval_s(self) -> int:
+        """The alert evaluation's beat period in whole seconds (at least 1)."""
+        return max(1, self.alert_evaluation_interval_ms // 1000)
 
     @property
     def file_reserved_ms(self) -> int:

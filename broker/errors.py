@@ -62,7 +62,9 @@ class TooLarge(HalfmoonError):
     code = "too_large"
 
 
-NotFoundKind = Literal["topic", "producer_group", "consumer_group", "message", "transaction"]
+NotFoundKind = Literal[
+    "topic", "producer_group", "consumer_group", "message", "transaction", "alert_rule"
+]
 
 # What each kind is called in the message, and the details key naming it (api-v1 error codes
 # ``<kind>_not_found``).
@@ -72,6 +74,7 @@ _NOT_FOUND: dict[NotFoundKind, tuple[str, str]] = {
     "consumer_group": ("Consumer group", "consumer_group"),
     "message": ("Message", "msg_id"),
     "transaction": ("Transaction", "transaction_id"),
+    "alert_rule": ("Alert rule", "name"),
 }
 
 
@@ -85,13 +88,17 @@ def not_found(kind: NotFoundKind, name: str) -> NotFound:
     )
 
 
-ExistsKind = Literal["topic", "producer_group", "consumer_group", "access_key"]
+ExistsKind = Literal[
+    "topic", "producer_group", "consumer_group", "access_key", "alert_rule", "alert_receiver"
+]
 
 _EXISTS_LABEL: dict[ExistsKind, str] = {
     "topic": "Topic",
     "producer_group": "Producer group",
     "consumer_group": "Consumer group",
     "access_key": "Access key",
+    "alert_rule": "Alert rule",
+    "alert_receiver": "Alert receiver",
 }
 
 

@@ -4,6 +4,14 @@ Counting from the database keeps the figures exact across the web workers, the C
 and restarts, with no multiprocess bookkeeping; what a scrape reads follows the present, not
 the history (``broker.services.metrics`` folds the journals into a rollup,
 ``broker.selectors_metrics`` reads it). Names and buckets follow RocketMQ 5.2's RIP-46.
+
+The alerting families (issue 11; the shipped Prometheus rules in ``deploy/prometheus/`` read
+them) are labelled by producer group, consumer group and topic, never by an id, and read the
+selectors of the console's overview and topology pages (the pending set, the groups, the
+consumer queues) and the rollup, so they cost what is pending, not the history. Times are
+exported as Unix timestamps in seconds (Prometheus's advice: export when something happened,
+not how long ago): the age of the oldest pending transaction is
+``time() - halfmoon_pending_oldest_timestamp_seconds``.
 """
 
 from __future__ import annotations
@@ -13,18 +21,35 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
-from broker.selectors_metrics import event_counts, half_messages_by_topic, resolution_counts
+from broker.models import now_ms
+from broker.selectors_metrics import (
+    EventCounts,
+    event_counts,
+    half_messages_by_topic,
+    resolution_counts,
+)
+from broker.selectors_overview import (
+    GroupReachability,
+    oldest_pending_per_group,
+    pending_check_times_by_group,
+    producer_group_reachability,
+)
+from broker.selectors_topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 
 
 class BrokerCollector(Collector):
     """rocketmq_half_messages, rocketmq_commit_messages_total, rocketmq_rollback_messages_total,
     rocketmq_finish_message_latency (RIP-46), and halfmoon_checks_total{outcome},
-    halfmoon_discarded_total{reason}, halfmoon_operator_actions_total{kind}."""
+    halfmoon_discarded_total{reason}, halfmoon_operator_actions_total{kind}; then the alerting
+    families of ``AlertingCollector``."""
 
     def collect(self) -> Iterator[object]:
         metrics_fold()
+        groups = producer_group_reachability()
+        events = event_counts(producer_groups=[g.name for g in groups])
         yield _family(
             GaugeMetricFamily,
             "rocketmq_half_messages",
@@ -60,7 +85,6 @@ class BrokerCollector(Collector):
             latency.add_metric([topic], buckets, sum_value=totals.sum_ms / 1000)
         yield latency
 
-        events = event_counts()
         yield _family(
             CounterMetricFamily,
             "halfmoon_checks",
@@ -84,6 +108,126 @@ class BrokerCollector(Collector):
             "kind",
             events.operator,
         )
+        yield from alerting_families(groups, events)
+
+
+def alerting_families(
+    groups: list[GroupReachability], events: EventCounts
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The families Prometheus alerting rules read (``deploy/prometheus/halfmoon-alerts.yml``),
+    per producer group (every group of ``groups``, a ``producer_group_reachability`` list) or
+    consumer group, from the pending set, the groups, the consumer queues and the rollup
+    (``events``, an ``event_counts`` of those groups).
+
+    - ``halfmoon_pending_transactions{producer_group}``: PREPARED transactions (0 for a group
+      with none).
+    - ``halfmoon_pending_oldest_timestamp_seconds{producer_group}``: birth of its oldest
+      PREPARED transaction (groups with any pending).
+    - ``halfmoon_pending_max_check_times{producer_group}``: checks delivered to its most
+      checked PREPARED transaction (groups with any pending), and
+      ``halfmoon_transaction_check_max``, HALFMOON_TRANSACTION_CHECK_MAX.
+    - ``halfmoon_producer_group_checks_total{producer_group,outcome}`` and
+      ``halfmoon_producer_group_discarded_total{producer_group,reason}``: the check and discard
+      counters split by group.
+    - ``halfmoon_producer_group_reachable{producer_group}``: 1, or 0 while its checks do not get
+      through (``broker.rules.checks.group_down_since``).
+    - ``halfmoon_producer_group_last_answer_timestamp_seconds{producer_group}``: its latest
+      answered check (``broker.rules.checks.check_answered``; groups with one).
+    - ``halfmoon_consumer_group_lag{consumer_group,topic}`` and
+      ``halfmoon_consumer_group_dlq_messages{consumer_group}`` (the consumer groups page's
+      figures).
+    """
+    oldest = {row.producer_group: row for row in oldest_pending_per_group(now_ms())}
+    names = sorted({g.name for g in groups} | set(oldest))
+    pending = GaugeMetricFamily(
+        "halfmoon_pending_transactions",
+        "PREPARED transactions (half messages not yet ended) per producer group",
+        labels=["producer_group"],
+    )
+    born = GaugeMetricFamily(
+        "halfmoon_pending_oldest_timestamp_seconds",
+        "Birth (Unix time, s) of the oldest PREPARED transaction of the producer group; its age "
+        "is time() minus this",
+        labels=["producer_group"],
+    )
+    for name in names:
+        row = oldest.get(name)
+        pending.add_metric([name], row.pending if row else 0)
+        if row is not None:
+            born.add_metric([name], row.born_timestamp / 1000)
+    yield pending
+    yield born
+    most_checked = GaugeMetricFamily(
+        "halfmoon_pending_max_check_times",
+        "Checks delivered to the most checked PREPARED transaction of the producer group "
+        "(discarded at halfmoon_transaction_check_max)",
+        labels=["producer_group"],
+    )
+    for name, by_times in sorted(pending_check_times_by_group().items()):
+        most_checked.add_metric([name], max(by_times))
+    yield most_checked
+    yield GaugeMetricFamily(
+        "halfmoon_transaction_check_max",
+        "HALFMOON_TRANSACTION_CHECK_MAX: checks delivered before a transaction is discarded",
+        value=conf.transaction_check_max,
+    )
+    yield _group_family(
+        "halfmoon_producer_group_checks",
+        "Back-checks by producer group and outcome (halfmoon_checks_total split by group)",
+        "outcome",
+        events.group_checks,
+    )
+    yield _group_family(
+        "halfmoon_producer_group_discarded",
+        "Transactions discarded by the check scan, by producer group and reason",
+        "reason",
+        events.group_discards,
+    )
+    reachable = GaugeMetricFamily(
+        "halfmoon_producer_group_reachable",
+        "1 when the producer group's back-checks get through, 0 while they are undelivered or "
+        "unanswered",
+        labels=["producer_group"],
+    )
+    for group in groups:
+        reachable.add_metric([group.name], 1 if group.reachable else 0)
+    yield reachable
+    answered = GaugeMetricFamily(
+        "halfmoon_producer_group_last_answer_timestamp_seconds",
+        "Unix time (s) of the producer group's latest answered back-check (any answer but a "
+        "timeout, or a hand-out to a polling producer)",
+        labels=["producer_group"],
+    )
+    for name, timestamp in sorted(events.last_answer.items()):
+        answered.add_metric([name], timestamp / 1000)
+    yield answered
+    lag = GaugeMetricFamily(
+        "halfmoon_consumer_group_lag",
+        "Messages stored on the topic's queues that the consumer group has not taken yet",
+        labels=["consumer_group", "topic"],
+    )
+    dlq = GaugeMetricFamily(
+        "halfmoon_consumer_group_dlq_messages",
+        "Messages on the consumer group's dead-letter topic %DLQ%{group}",
+        labels=["consumer_group"],
+    )
+    for row in consumer_group_rows():
+        for topic_lag in row.lags:
+            lag.add_metric([row.group.name, topic_lag.topic], topic_lag.lag)
+        dlq.add_metric([row.group.name], row.dlq)
+    yield lag
+    yield dlq
+
+
+def _group_family(
+    name: str, documentation: str, label: str, values: Mapping[str, Mapping[str, int]]
+) -> CounterMetricFamily:
+    """A counter family with one sample per (producer group, ``label`` value)."""
+    family = CounterMetricFamily(name, documentation, labels=["producer_group", label])
+    for group, counts in sorted(values.items()):
+        for value, n in sorted(counts.items()):
+            family.add_metric([group, value], n)
+    return family
 
 
 def _family(

@@ -10,6 +10,7 @@ the journal rows above the rollup's watermark (a primary-key range). The figures
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
@@ -22,6 +23,7 @@ from broker.models import (
     Transaction,
     TransactionEvent,
 )
+from broker.rules.checks import check_answered
 from broker.rules.states import (
     RESOLVED_STATES,
     CheckAnswer,
@@ -46,23 +48,30 @@ _CHECK_KINDS = (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UN
 class Totals:
     """What one rollup key adds up to: ``count`` rows; for resolutions also ``sum_ms``, their
     time from half message to end (ms), and ``buckets``, the cumulative counts at or under each
-    bound of ``FINISH_LATENCY_BUCKETS_S`` (empty for events)."""
+    bound of ``FINISH_LATENCY_BUCKETS_S`` (empty for events); for events ``last_timestamp``,
+    the latest row's time (ms; None for resolutions)."""
 
     count: int = 0
     sum_ms: int = 0
     buckets: list[int] = field(default_factory=list)
+    last_timestamp: int | None = None
 
     def add(self, other: Totals) -> None:
-        """Add ``other`` into these totals (bucket by bucket)."""
+        """Add ``other`` into these totals (bucket by bucket; the later ``last_timestamp``)."""
         self.count += other.count
         self.sum_ms += other.sum_ms
         if other.buckets:
             mine = self.buckets or [0] * len(other.buckets)
             self.buckets = [a + b for a, b in zip(mine, other.buckets, strict=True)]
+        if other.last_timestamp is not None:
+            self.last_timestamp = max(
+                self.last_timestamp or other.last_timestamp, other.last_timestamp
+            )
 
 
-Key = tuple[str, str]
-"""A rollup key: (kind, label), see ``broker.models.MetricRollup``."""
+Key = tuple[str, str, str]
+"""A rollup key: (kind, label, producer group), see ``broker.models.MetricRollup`` (the group
+is "" for resolutions)."""
 
 
 def resolutions_aggregate(*, after_id: int, up_to_id: int | None = None) -> dict[Key, Totals]:
@@ -92,19 +101,36 @@ def resolutions_aggregate(*, after_id: int, up_to_id: int | None = None) -> dict
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {
-            (state, topic): Totals(int(n), int(total_ms or 0), [int(c or 0) for c in cumulative])
+            (state, topic, ""): Totals(
+                int(n), int(total_ms or 0), [int(c or 0) for c in cumulative]
+            )
             for state, topic, n, total_ms, *cumulative in cursor.fetchall()
         }
 
 
 def events_aggregate(*, after_id: int, up_to_id: int | None = None) -> dict[Key, Totals]:
     """``TransactionEvent`` rows with id in ``(after_id, up_to_id]`` (no upper bound when
-    None), counted by (kind, outcome). A primary-key range."""
-    rows = TransactionEvent.objects.filter(pk__gt=after_id)
+    None), counted by (kind, outcome, producer group of the transaction; "" when that row is
+    gone) with the latest row's timestamp. A primary-key range of the journal joined to its
+    transactions by primary key."""
+    event = connection.ops.quote_name(TransactionEvent._meta.db_table)
+    tx = connection.ops.quote_name(Transaction._meta.db_table)
+    sql = (
+        "SELECT e.kind, e.outcome, COALESCE(t.producer_group, ''), COUNT(*), MAX(e.timestamp) "
+        f"FROM {event} e LEFT JOIN {tx} t ON t.transaction_id = e.transaction_id "
+        "WHERE e.id > %s"
+    )
+    params: list[object] = [after_id]
     if up_to_id is not None:
-        rows = rows.filter(pk__lte=up_to_id)
-    counted = rows.values_list("kind", "outcome").annotate(n=Count("pk")).order_by()
-    return {(kind, outcome): Totals(n) for kind, outcome, n in counted}
+        sql += " AND e.id <= %s"
+        params.append(up_to_id)
+    sql += " GROUP BY e.kind, e.outcome, COALESCE(t.producer_group, '')"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {
+            (kind, outcome, group): Totals(int(n), last_timestamp=int(last))
+            for kind, outcome, group, n, last in cursor.fetchall()
+        }
 
 
 AGGREGATES = {RESOLUTIONS: resolutions_aggregate, EVENTS: events_aggregate}
@@ -146,15 +172,17 @@ def _rollup_read(source: str) -> tuple[int, dict[Key, Totals]]:
         "last_id",
         "rollups__kind",
         "rollups__label",
+        "rollups__producer_group",
         "rollups__count",
         "rollups__sum_ms",
         "rollups__buckets",
+        "rollups__last_timestamp",
     )
     last_id, totals = 0, {}
     for row in rows:
-        last_id, kind, label, count, sum_ms, buckets = row
+        last_id, kind, label, group, count, sum_ms, buckets, last = row
         if kind is not None:
-            totals[(kind, label)] = Totals(count, sum_ms, list(buckets))
+            totals[(kind, label, group)] = Totals(count, sum_ms, list(buckets), last)
     return last_id, totals
 
 
@@ -191,7 +219,7 @@ def resolution_counts() -> ResolutionCounts:
     ``rocketmq_rollback_messages_total``, ``rocketmq_finish_message_latency``); topics with
     none are absent."""
     counts = ResolutionCounts()
-    for (state, topic), totals in sorted(rollup_totals(RESOLUTIONS).items()):
+    for (state, topic, _), totals in sorted(rollup_totals(RESOLUTIONS).items()):
         if not totals.count:
             continue
         by_state = counts.commits if state == TransactionState.COMMITTED else counts.rollbacks
@@ -203,29 +231,51 @@ def resolution_counts() -> ResolutionCounts:
 @dataclass
 class EventCounts:
     """``checks`` by outcome, ``discards`` by reason, ``operator`` actions by kind
-    (``resolved:COMMIT``, ``resolved:ROLLBACK``, ``resumed``); every known label present."""
+    (``resolved:COMMIT``, ``resolved:ROLLBACK``, ``resumed``); every known label present.
+    Per producer group (the groups of ``producer_groups``, each with every known label, and
+    any other group the journal names, "" excepted): ``group_checks`` {group: {outcome: n}},
+    ``group_discards`` {group: {reason: n}} and ``last_answer`` {group: the time (ms) of its
+    latest answered check, ``broker.rules.checks.check_answered``}."""
 
     checks: dict[str, int]
     discards: dict[str, int]
     operator: dict[str, int]
+    group_checks: dict[str, dict[str, int]] = field(default_factory=dict)
+    group_discards: dict[str, dict[str, int]] = field(default_factory=dict)
+    last_answer: dict[str, int] = field(default_factory=dict)
 
 
-def event_counts() -> EventCounts:
+def event_counts(producer_groups: Iterable[str] = ()) -> EventCounts:
     """The check and operator journal counted by label (``halfmoon_checks_total{outcome}``,
-    ``halfmoon_discarded_total{reason}``, ``halfmoon_operator_actions_total{kind}``)."""
+    ``halfmoon_discarded_total{reason}``, ``halfmoon_operator_actions_total{kind}``) and per
+    producer group (``halfmoon_producer_group_checks_total{producer_group,outcome}``,
+    ``halfmoon_producer_group_discarded_total{producer_group,reason}``, the last answered
+    check); ``producer_groups``: groups listed with every label at 0 when they have none."""
     counts = EventCounts(
         checks=dict.fromkeys(CheckAnswer.values, 0),
         discards=dict.fromkeys(DiscardReason.values, 0),
         operator=dict.fromkeys(OPERATOR_ACTIONS, 0),
     )
-    for (kind, outcome), totals in rollup_totals(EVENTS).items():
+    for group in producer_groups:
+        counts.group_checks[group] = dict.fromkeys(CheckAnswer.values, 0)
+        counts.group_discards[group] = dict.fromkeys(DiscardReason.values, 0)
+    for (kind, outcome, group), totals in rollup_totals(EVENTS).items():
         if kind == TransactionEvent.Kind.END_REFUSED:
             continue  # a producer's refused end is not an operator action (the timeline shows it)
+        per_group: dict[str, dict[str, int]] | None = None
         if kind in _CHECK_KINDS:
-            into, label = counts.checks, outcome
+            into, label, per_group = counts.checks, outcome, counts.group_checks
         elif kind == TransactionEvent.Kind.DISCARDED:
-            into, label = counts.discards, outcome
+            into, label, per_group = counts.discards, outcome, counts.group_discards
         else:
             into, label = counts.operator, f"{kind}:{outcome}" if outcome else kind
         into[label] = into.get(label, 0) + totals.count
+        if per_group is None or not group:
+            continue
+        labels = CheckAnswer.values if per_group is counts.group_checks else DiscardReason.values
+        row = per_group.setdefault(group, dict.fromkeys(labels, 0))
+        row[label] = row.get(label, 0) + totals.count
+        answered = kind == TransactionEvent.Kind.CHECK_SENT and check_answered(outcome)
+        if answered and totals.last_timestamp is not None:
+            counts.last_answer[group] = max(counts.last_answer.get(group, 0), totals.last_timestamp)
     return counts

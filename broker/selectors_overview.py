@@ -12,6 +12,12 @@ Every read is bounded by the last hour or by the pending set, never by the histo
   operator within the hour still counts as discarded);
 - the few DISCARDED rows (stuck, waiting for an operator) and the producer groups.
 
+The same reads feed ``/metrics`` (``broker.metrics``) and Halfmoon's own alerts
+(``broker.services.alerts.evaluation``): the pending set per producer group
+(``oldest_pending_per_group``, ``pending_check_times_by_group``), the groups' reachability
+(``producer_group_reachability``, by ``broker.rules.checks.group_down_since``) and a window of
+discards per group (``discards_by_group``).
+
 Pending over time is derived, not sampled. A transaction is pending at instant ``t`` when
 ``born_timestamp < t`` and it was not ended before ``t`` (``resolved_timestamp`` is NULL or
 ``>= t``). Only two sets of rows can be pending at some instant of the window
@@ -44,8 +50,10 @@ from django.db.models import (
     Case,
     Count,
     F,
+    OuterRef,
     Q,
     QuerySet,
+    Subquery,
     Value,
     When,
     Window,
@@ -54,6 +62,7 @@ from django.db.models.functions import RowNumber
 
 from broker.conf import conf
 from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
+from broker.rules.checks import group_down_since
 from broker.rules.states import RESOLVED_STATES, TransactionState
 
 BUCKET_MS = 60_000  # one chart point per minute
@@ -247,19 +256,48 @@ def ends_per_minute(window: OverviewWindow) -> dict[str, list[int]]:
     return out
 
 
-def check_histogram(check_max: int) -> list[int]:
-    """How many PREPARED transactions have been checked ``k`` times, for ``k`` in
-    ``0..check_max`` (``HALFMOON_TRANSACTION_CHECK_MAX``); a count above ``check_max`` (the
-    setting was lowered) is counted at ``check_max``."""
-    counts = [0] * (check_max + 1)
+def discards_by_group(since: int) -> dict[str, int]:
+    """Discards per producer group since ``since`` (ms): the ``discarded`` journal entries of
+    the window (``event_kind_time``), each counted for its transaction's group (a primary-key
+    read; an entry whose transaction row is gone is not counted). Groups with none are
+    absent."""
+    group = Transaction.objects.filter(pk=OuterRef("transaction_id")).values("producer_group")
+    rows = (
+        TransactionEvent.objects.filter(kind=TransactionEvent.Kind.DISCARDED, timestamp__gte=since)
+        .annotate(group=Subquery(group[:1]))
+        .exclude(group__isnull=True)
+        .values("group")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {row["group"]: row["n"] for row in rows}
+
+
+def pending_check_times_by_group() -> dict[str, dict[int, int]]:
+    """PREPARED transactions per producer group by their ``check_times``:
+    ``{group: {check_times: n}}``; groups with none pending are absent. Read through the
+    ``(producer_group, state)`` index: it costs what is pending."""
+    out: dict[str, dict[int, int]] = {}
     rows = (
         Transaction.objects.filter(state=TransactionState.PREPARED)
-        .values("check_times")
+        .values("producer_group", "check_times")
         .annotate(n=Count("*"))
         .order_by()
     )
     for row in rows:
-        counts[min(row["check_times"], check_max)] += row["n"]
+        out.setdefault(row["producer_group"], {})[row["check_times"]] = row["n"]
+    return out
+
+
+def check_histogram(check_max: int) -> list[int]:
+    """How many PREPARED transactions have been checked ``k`` times, for ``k`` in
+    ``0..check_max`` (``HALFMOON_TRANSACTION_CHECK_MAX``); a count above ``check_max`` (the
+    setting was lowered) is counted at ``check_max``. The sum of
+    ``pending_check_times_by_group`` over the groups."""
+    counts = [0] * (check_max + 1)
+    for by_times in pending_check_times_by_group().values():
+        for times, n in by_times.items():
+            counts[min(times, check_max)] += n
     return counts
 
 
@@ -347,11 +385,15 @@ def oldest_pending_per_group(now: int) -> list[OldestPending]:
 
 
 def unreachable_groups(now: int, pending: dict[str, int]) -> list[UnreachableGroup]:
-    """Producer groups whose last check could not be delivered (``unreachable_since`` set) or
-    that are in check backoff at ``now`` (``check_backoff_until`` after it), longest
-    unreachable first; ``pending`` maps group names to their pending counts."""
+    """Producer groups whose last check could not be delivered (``unreachable_since`` set),
+    whose checks have gone unanswered since an earlier round (``unanswered_since`` set: the
+    groups ``broker.rules.checks.group_down_since`` calls down) or that are in check backoff
+    at ``now`` (``check_backoff_until`` after it), longest unreachable first; ``pending`` maps
+    group names to their pending counts."""
     groups = ProducerGroup.objects.filter(
-        Q(unreachable_since__isnull=False) | Q(check_backoff_until__gt=now)
+        Q(unreachable_since__isnull=False)
+        | Q(unanswered_since__isnull=False)
+        | Q(check_backoff_until__gt=now)
     ).order_by(F("unreachable_since").asc(nulls_last=True), "name")
     return [
         UnreachableGroup(
@@ -364,6 +406,42 @@ def unreachable_groups(now: int, pending: dict[str, int]) -> list[UnreachableGro
             pending=pending.get(g.name, 0),
         )
         for g in groups
+    ]
+
+
+@dataclass(frozen=True)
+class GroupReachability:
+    """A producer group's back-check reachability: ``down_since`` (ms) when its checks have
+    not got through since then (``broker.rules.checks.group_down_since``), else None; with
+    the last error, the failed rounds in a row and the backoff (ms)."""
+
+    name: str
+    check_url: str | None
+    down_since: int | None
+    last_check_error: str
+    check_failures: int
+    check_backoff_until: int | None
+
+    @property
+    def reachable(self) -> bool:
+        """True when the group's checks get through (``down_since`` is None)."""
+        return self.down_since is None
+
+
+def producer_group_reachability() -> list[GroupReachability]:
+    """Every producer group by name with its reachability. One query over the groups."""
+    return [
+        GroupReachability(
+            name=g.name,
+            check_url=g.check_url,
+            down_since=group_down_since(
+                unreachable_since=g.unreachable_since, unanswered_since=g.unanswered_since
+            ),
+            last_check_error=g.last_check_error,
+            check_failures=g.check_failures,
+            check_backoff_until=g.check_backoff_until,
+        )
+        for g in ProducerGroup.objects.order_by("name")
     ]
 
 

@@ -11,7 +11,9 @@ groups, and none of them counts the commit log:
   group's ``ConsumerOffset`` (the next offset it has not taken; RocketMQ's diffTotal);
 - its DLQ count is the number of messages stored on ``%DLQ%{group}``: the sum of that topic's
   ``max_offset`` (offsets are gap-free from 0 and the commit log keeps every message);
-- a producer group's pending and discarded counts read the ``(producer_group, state)`` index.
+- a producer group's pending and discarded counts read the ``(producer_group, state)`` index;
+- a window of dead letters per consumer group (the ``dlq_growing`` alert) reads the partial
+  index of the ``dead_lettered`` delivery journal entries.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from broker.models import (
     ConsumerGroup,
     ConsumerOffset,
     Delivery,
+    DeliveryEvent,
     Message,
     ProducerGroup,
     Topic,
@@ -178,3 +181,17 @@ def consumer_group_rows() -> list[ConsumerGroupRow]:
         )
         for g in groups
     ]
+
+
+def dead_letters_by_group(since: int) -> dict[str, int]:
+    """Messages dead-lettered (moved to ``%DLQ%{group}``) per consumer group since ``since``
+    (ms), from the delivery journal through its partial index of dead letters; groups with
+    none are absent."""
+    rows = (
+        DeliveryEvent.objects.filter(kind=DeliveryEvent.Kind.DEAD_LETTERED, timestamp__gte=since)
+        .values("consumer_group")
+        .annotate(n=Count("*"))
+        .order_by()
+        .values_list("consumer_group", "n")
+    )
+    return dict(rows)

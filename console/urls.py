@@ -6,7 +6,16 @@ names, transaction ids, action slugs), so a value that cannot name anything is t
 from __future__ import annotations
 
 from broker.api.converters import typed_routes
-from console.views import actions, audit, auth, overview, reconciliation, topology, transactions
+from console.views import (
+    actions,
+    alerts,
+    audit,
+    auth,
+    overview,
+    reconciliation,
+    topology,
+    transactions,
+)
 
 app_name = "console"
 
@@ -19,5 +28,6 @@ urlpatterns = typed_routes(
         *audit.urlpatterns,
         *topology.urlpatterns,
         *reconciliation.urlpatterns,
+        *alerts.urlpatterns,
     ]
 )

@@ -212,6 +212,45 @@ BROKER_SETTINGS += (
 )
 
 
+BROKER_SETTINGS += (
+    BrokerSetting(
+        "HALFMOON_ALERT_EVALUATION_INTERVAL_MS",
+        15000,
+        "-",
+        "How often beat evaluates the alert rules and sends the notifications due (ms, whole seconds).",
+        1000,
+    ),
+    BrokerSetting(
+        "HALFMOON_ALERT_REPEAT_INTERVAL_MS",
+        14400000,
+        "(Alertmanager repeat_interval)",
+        "A firing alert's reminder interval when its rule sets none (ms); 0: no reminders.",
+        0,
+    ),
+    BrokerSetting(
+        "HALFMOON_ALERT_NOTIFY_TIMEOUT_MS",
+        5000,
+        "-",
+        "Connect and read timeout of one webhook notification, and of the SMTP connection of one e-mail (ms).",
+        100,
+    ),
+    BrokerSetting(
+        "HALFMOON_ALERT_NOTIFY_MAX_ATTEMPTS",
+        10,
+        "-",
+        "Attempts to deliver a notification before it is marked failed (shown in the console, retried from there).",
+        1,
+    ),
+    BrokerSetting(
+        "HALFMOON_ALERT_NOTIFY_BACKOFF_MS",
+        5000,
+        "-",
+        "First retry delay of an undelivered notification; doubles up to 10 minutes (ms).",
+        100,
+    ),
+)
+
+
 def settings_table() -> str:
     """The Markdown table of every broker setting, as in README.md."""
     lines = [

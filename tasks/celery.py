@@ -10,7 +10,10 @@ from celery.signals import import_modules
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
-app = Celery("halfmoon", include=["tasks.checks", "tasks.ops", "tasks.console", "tasks.pipeline"])
+app = Celery(
+    "halfmoon",
+    include=["tasks.checks", "tasks.ops", "tasks.console", "tasks.pipeline", "tasks.alerts"],
+)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
@@ -28,7 +31,8 @@ def _refuse_development_secret_key(sender: Celery, **kwargs: object) -> None:
 def _beat_schedule(sender: Celery, **kwargs: object) -> None:
     """Beat fans the back-check scan out per half queue every HALFMOON_CHECK_SCAN_INTERVAL_MS
     flushes Op messages every HALFMOON_OP_BATCH_INTERVAL_MS and archives the logs every
-    HALFMOON_ARCHIVE_INTERVAL_MS (whole seconds). The daily reconciliation is a crontab entry
+    HALFMOON_ARCHIVE_INTERVAL_MS and evaluates the alert rules (then sends the notifications
+    due) every HALFMOON_ALERT_EVALUATION_INTERVAL_MS (whole seconds). The daily reconciliation is a crontab entry
     of its own in django-celery-beat's tables, editable in the admin
     (``broker.services.reconciliation``).
 
@@ -39,6 +43,7 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
     every_s = conf.check_scan_interval_s
     op_every_s = conf.op_batch_interval_s
     archive_every_s = conf.archive_interval_s
+    alerts_every_s = conf.alert_evaluation_interval_s
     sender.conf.beat_schedule = {
         "halfmoon-check-dispatch": {
             "task": "tasks.checks.check_dispatch",
@@ -54,5 +59,10 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "tasks.pipeline.archive_export",
             "schedule": archive_every_s,
             "options": {"expires": archive_every_s},
+        },
+        "halfmoon-alerts": {
+            "task": "tasks.alerts.alerts_tick",
+            "schedule": alerts_every_s,
+            "options": {"expires": alerts_every_s},
         },
     }

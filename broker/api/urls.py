@@ -9,6 +9,7 @@ from django.urls import path
 from broker.api import (
     converters,  # noqa: F401 - registers the name and msgid converters
     views,
+    views_alerts,
     views_batch,
     views_poll,
 )
@@ -60,6 +61,8 @@ _ROUTES = [
         views.ReconciliationRunDetailView,
         "reconciliation-run-detail",
     ),
+    ("alert-rules", views_alerts.AlertRuleListCreateView, "alert-rule-list"),
+    ("alert-rules/<name:name>", views_alerts.AlertRuleDetailView, "alert-rule-detail"),
 ]
 
 urlpatterns = [path(route, view.as_view(), name=name) for route, view, name in _ROUTES]

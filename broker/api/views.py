@@ -91,13 +91,14 @@ class AdminListCreateView(APIView):
     the one service ``create(**validated_data)`` and answers 201 with ``created_serializer``
     (``out_serializer`` if None). A subclass names these (``rows`` a selector and ``create`` a
     service, as ``staticmethod``) and the two summaries; its OpenAPI operations are built from
-    them.
+    them, the create's errors with ``create_errors`` (besides 400, 401, 403 and 503).
     """
 
     permission_classes = [IsAdminKey]
     in_serializer: type[Serializer]
     out_serializer: type[Serializer]
     created_serializer: type[Serializer] | None = None
+    create_errors: tuple[int, ...] = (409, 413)
     list_summary: str
     create_summary: str
     rows: Callable[[], Any]
@@ -111,7 +112,10 @@ class AdminListCreateView(APIView):
             ),
             post=extend_schema(
                 request=cls.in_serializer,
-                responses={201: cls.created_serializer or cls.out_serializer, **_errors(409, 413)},
+                responses={
+                    201: cls.created_serializer or cls.out_serializer,
+                    **_errors(*cls.create_errors),
+                },
                 summary=cls.create_summary,
             ),
         )(cls)

@@ -12,5 +12,10 @@ no database.
 - ``topics``: which topics are system topics (no producer sends to them) and which of those
   no consumer receives from; the bounds of a topic's queue_nums.
 - ``check_targets``: which back-check URLs and addresses may be reached (http or https, the
-  allowed networks, never link-local, multicast or the broker itself).
+  allowed networks, never link-local, multicast or the broker itself); the alerts' webhooks
+  are judged by the same rule against their own allow-list.
+- ``alerts``: Halfmoon's own alert kinds, when each fires on a group, and the firing/resolved
+  state machine with one notification each way (reminders, silences).
+- ``alert_payloads``: what a notification says: Alertmanager's webhook body, a Slack message,
+  an e-mail.
 """

@@ -18,6 +18,11 @@ Redis or PostgreSQL on a loopback port, the broker itself). The rule (issue 9, a
   resolved; when a check is sent every address the name resolves to must still pass the
   address rule (DNS rebinding), so a listed name never widens the networks.
 
+The same rule guards the webhooks of Halfmoon's alerts (``broker.services.alerts``), judged
+against their own setting, ``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``: an ``AllowedTargets``
+carries the name of the setting it was parsed from and what it guards (``subject``: "check" or
+"webhook"), and the refusals say so.
+
 Pure: no DNS, no settings, no database. The services resolve names and pass the addresses
 and settings in (``broker.services.checks.targets``).
 """
@@ -73,12 +78,15 @@ class Refusal:
 
 @dataclass(frozen=True)
 class AllowedTargets:
-    """The parsed ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``: ``networks`` every checked address
-    must lie in, and host ``names`` accepted at set time without resolving (lower case, no
-    trailing dot)."""
+    """A parsed allow-list (``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``, or another ``setting``
+    with the same syntax): ``networks`` every reached address must lie in, and host ``names``
+    accepted at set time without resolving (lower case, no trailing dot). ``subject`` names
+    what the list guards in refusals ("check": a check URL; "webhook": a webhook URL)."""
 
     networks: tuple[IPNetwork, ...]
     names: frozenset[str] = frozenset()
+    setting: str = SETTING
+    subject: str = "check"
 
     def allows_address(self, address: IPAddress) -> bool:
         """True when ``address`` (an IPv4-mapped IPv6 address counts as its IPv4 address) lies
@@ -124,10 +132,13 @@ def host_normalize(host: str) -> str:
     return host.strip().strip("[]").rstrip(".").lower()
 
 
-def allowed_targets_parse(entries: str | Iterable[str]) -> AllowedTargets:
+def allowed_targets_parse(
+    entries: str | Iterable[str], *, setting: str = SETTING, subject: str = "check"
+) -> AllowedTargets:
     """Parse the setting: comma-separated (or an iterable of) CIDR networks (``10.0.0.0/8``,
     ``fc00::/7``; a bare address is its /32 or /128) and host names (``producer.internal``).
-    Blank entries are skipped.
+    Blank entries are skipped. ``setting`` and ``subject``: the setting's name and what it
+    guards, for messages (``AllowedTargets``).
 
     Raises:
         ValueError: an entry that is neither a network (host bits set count as an error, e.g.
@@ -146,24 +157,27 @@ def allowed_targets_parse(entries: str | Iterable[str]) -> AllowedTargets:
             continue
         except ValueError as exc:
             if "/" in entry or ":" in entry or _looks_numeric(entry):
-                raise ValueError(f"{SETTING}: {entry!r} is not a valid network: {exc}") from exc
+                raise ValueError(f"{setting}: {entry!r} is not a valid network: {exc}") from exc
         name = host_normalize(entry)
         labels = name.split(".")
         if not name or not all(
             label and len(label) <= 63 and all(c.isalnum() or c in "-_" for c in label)
             for label in labels
         ):
-            raise ValueError(f"{SETTING}: {entry!r} is neither a network (CIDR) nor a host name")
+            raise ValueError(f"{setting}: {entry!r} is neither a network (CIDR) nor a host name")
         names.add(name)
-    return AllowedTargets(networks=tuple(networks), names=frozenset(names))
+    return AllowedTargets(
+        networks=tuple(networks), names=frozenset(names), setting=setting, subject=subject
+    )
 
 
 def _looks_numeric(entry: str) -> bool:
     return all(c.isdigit() or c == "." for c in entry)
 
 
-def check_target_parse(url: str) -> CheckTarget | Refusal:
-    """Parse ``url`` as the sender will (``httpx.URL``) and apply the scheme part of the rule.
+def check_target_parse(url: str, *, subject: str = "check") -> CheckTarget | Refusal:
+    """Parse ``url`` as the sender will (``httpx.URL``) and apply the scheme part of the rule
+    (``subject``: what the URL is for, in messages: "check" or "webhook").
 
     Returns the target, or the ``Refusal`` (``malformed``: unparsable or no host; ``scheme``:
     not http or https).
@@ -172,12 +186,12 @@ def check_target_parse(url: str) -> CheckTarget | Refusal:
         parsed = httpx.URL(url)
         scheme, host, port = parsed.scheme.lower(), host_normalize(parsed.host), parsed.port
     except (httpx.InvalidURL, TypeError, ValueError) as exc:  # IDNA errors are ValueErrors
-        return Refusal(RULE_MALFORMED, f"The check URL {url!r} cannot be parsed: {exc}.")
+        return Refusal(RULE_MALFORMED, f"The {subject} URL {url!r} cannot be parsed: {exc}.")
     if scheme not in SCHEMES:
         shown = f"not {scheme}" if scheme else f"and {url!r} has no scheme"
-        return Refusal(RULE_SCHEME, f"A check URL must be http or https, {shown}.")
+        return Refusal(RULE_SCHEME, f"A {subject} URL must be http or https, {shown}.")
     if not host:
-        return Refusal(RULE_MALFORMED, f"The check URL {url!r} has no host.")
+        return Refusal(RULE_MALFORMED, f"The {subject} URL {url!r} has no host.")
     try:
         address: IPAddress | None = ipaddress.ip_address(host)
     except ValueError:
@@ -199,43 +213,45 @@ def address_refusal(
     ``host``: the name it was resolved from, for the message). Returns None when it may be
     reached, else the first rule it breaks, in this order: link-local, multicast, unspecified
     (always refused, also inside an IPv4-mapped, NAT64 or 6to4 address), the broker itself,
-    outside the allowed networks."""
+    outside the allowed networks. The messages name ``allowed.subject`` and
+    ``allowed.setting``."""
     shown = f"{host} ({address})" if host and host != str(address) else str(address)
+    what = f"a {allowed.subject} URL"
     for candidate in _judged_forms(address):
         if candidate.is_link_local:
             return Refusal(
                 RULE_LINK_LOCAL,
-                f"{shown} is a link-local address (cloud metadata and the like): a check URL "
+                f"{shown} is a link-local address (cloud metadata and the like): {what} "
                 "may never reach one.",
             )
         if candidate.is_multicast:
             return Refusal(
-                RULE_MULTICAST, f"{shown} is a multicast address: a check URL may never reach one."
+                RULE_MULTICAST, f"{shown} is a multicast address: {what} may never reach one."
             )
         if candidate.is_unspecified:
             return Refusal(
                 RULE_UNSPECIFIED,
-                f"{shown} is the unspecified address: a check URL may never reach it.",
+                f"{shown} is the unspecified address: {what} may never reach it.",
             )
     if broker is not None and broker.is_self(address, port):
         return Refusal(
             RULE_BROKER_ITSELF,
-            f"{shown} port {port} is the broker itself: a check URL may not point at it.",
+            f"{shown} port {port} is the broker itself: {what} may not point at it.",
         )
     if not allowed.allows_address(address):
         return Refusal(
             RULE_NOT_ALLOWED,
-            f"{shown} is outside the networks a check may reach ({SETTING}).",
+            f"{shown} is outside the networks a {allowed.subject} may reach ({allowed.setting}).",
         )
     return None
 
 
-def name_unresolved_refusal(host: str, error: str) -> Refusal:
-    """The refusal of a host name that is not listed in the setting and could not be resolved
-    when the URL was set (``error``: why, e.g. the resolver's message)."""
+def name_unresolved_refusal(host: str, error: str, *, setting: str = SETTING) -> Refusal:
+    """The refusal of a host name that is not listed in the setting (``setting``) and could
+    not be resolved when the URL was set (``error``: why, e.g. the resolver's message)."""
     return Refusal(
         RULE_UNRESOLVED,
-        f"{host} does not resolve ({error}); list it in {SETTING} to accept it unresolved.",
+        f"{host} does not resolve ({error}); list it in {setting} to accept it unresolved.",
     )
 
 

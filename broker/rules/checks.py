@@ -5,7 +5,7 @@ in, plain values out: times in ms since the epoch, durations in ms."""
 
 from __future__ import annotations
 
-from broker.rules.states import DiscardReason
+from broker.rules.states import CheckAnswer, DiscardReason
 
 MAX_CHECK_IMMUNITY_SECONDS = 3600
 """Upper bound of CHECK_IMMUNITY_TIME_IN_SECONDS (RocketMQ 5 proxy caps it at 3600 s)."""
@@ -91,3 +91,21 @@ def scan_lease_ttl_ms(*, check_interval_ms: int, scan_interval_ms: int) -> int:
     most 60 s, at least one scan interval), so a dead worker's queue is taken over within one
     check interval."""
     return max(scan_interval_ms, min(check_interval_ms // 2, 60_000))
+
+
+def group_down_since(*, unreachable_since: int | None, unanswered_since: int | None) -> int | None:
+    """Since when a producer group's back-checks have not got through (ms), or None when they
+    do: the earlier of ``unreachable_since`` (its first undelivered check, or unpolled check
+    request, since the last delivered one) and ``unanswered_since`` (its first check round with
+    no answer in time, since the last answered one: its checks time out or are undelivered).
+    The console's unreachable groups, ``halfmoon_producer_group_reachable`` and the
+    ``group_unreachable`` alert all read this one rule."""
+    found = [t for t in (unreachable_since, unanswered_since) if t is not None]
+    return min(found) if found else None
+
+
+def check_answered(outcome: str) -> bool:
+    """True when a delivered check (journalled ``check_sent``) counts as answered: any outcome
+    but TIMEOUT (an answer, a 202, a broken answer counted as INVALID, or a hand-out to a
+    polling producer). The same rule as the group backoff's "answered in time"."""
+    return outcome != CheckAnswer.TIMEOUT

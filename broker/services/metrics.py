@@ -102,19 +102,25 @@ def _fold(source: str, horizon: int) -> None:
         if horizon <= mark.last_id:
             return
         new = AGGREGATES[source](after_id=mark.last_id, up_to_id=horizon)
-        rows = {(row.kind, row.label): row for row in MetricRollup.objects.filter(source=source)}
+        rows = {
+            (row.kind, row.label, row.producer_group): row
+            for row in MetricRollup.objects.filter(source=source)
+        }
         changed, created = [], []
-        for (kind, label), totals in new.items():
-            row = rows.get((kind, label))
+        for (kind, label, group), totals in new.items():
+            row = rows.get((kind, label, group))
             if row is None:
-                row = MetricRollup(source_id=source, kind=kind, label=label, buckets=[])
+                row = MetricRollup(
+                    source_id=source, kind=kind, label=label, producer_group=group, buckets=[]
+                )
                 created.append(row)
             else:
                 changed.append(row)
-            total = Totals(row.count, row.sum_ms, list(row.buckets))
+            total = Totals(row.count, row.sum_ms, list(row.buckets), row.last_timestamp)
             total.add(totals)
             row.count, row.sum_ms, row.buckets = total.count, total.sum_ms, total.buckets
+            row.last_timestamp = total.last_timestamp
         MetricRollup.objects.bulk_create(created)
-        MetricRollup.objects.bulk_update(changed, ["count", "sum_ms", "buckets"])
+        MetricRollup.objects.bulk_update(changed, ["count", "sum_ms", "buckets", "last_timestamp"])
         mark.last_id = horizon
         mark.save(update_fields=["last_id"])

@@ -116,9 +116,9 @@ def test_the_schema_is_an_openapi_3_document(anonymous, db):
 def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
-    # api-v1's 20 (the reconciliation runs and the three batches included) and the timeline
-    # (docs/api-additions.md)
-    assert len(api_v1_paths()) == 21
+    # api-v1's 20 (the reconciliation runs and the three batches included), the timeline and
+    # the two alert-rules paths (docs/api-additions.md)
+    assert len(api_v1_paths()) == 23
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
@@ -130,6 +130,8 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert methods["/api/v1/transactions/{transaction_id}/resolve"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/resume-check"] == {"post"}
     assert methods["/api/v1/consumer-groups/{group}/receive"] == {"post"}
+    assert methods["/api/v1/alert-rules"] == {"get", "post"}
+    assert methods["/api/v1/alert-rules/{name}"] == {"get", "patch", "delete"}
 
 
 def test_the_schema_names_the_error_answers(schema):

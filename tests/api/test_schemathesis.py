@@ -7,8 +7,8 @@ input refused, and an unauthenticated call refused.
 Bounded for CI: ``MAX_EXAMPLES`` generated cases per operation (plus schemathesis's explicit
 and coverage cases), and the long polls' ``wait_ms`` narrowed to ``WAIT_MS_MAX`` in the
 document the generator reads (only there: the app's bound stays 30,000). Seed data (a topic,
-producer and consumer groups, a half message) and a hook that sometimes puts their names in
-the path let the operations reach their logic instead of answering 404 only.
+producer and consumer groups, a half message, an alert rule) and a hook that sometimes puts
+their names in the path let the operations reach their logic instead of answering 404 only.
 ``bench/fuzz.py`` runs the same against a running broker for 10,000 requests.
 """
 
@@ -40,11 +40,13 @@ from broker.services.admin import (
     token_hash,
     topic_create,
 )
+from broker.services.alerts.rules import alert_rule_create
 from broker.services.transactions import transaction_prepare
 from tests.schema_bounds import wait_ms_bounded
 
 MAX_EXAMPLES = 25
 TOPIC, PRODUCER_GROUP, CONSUMER_GROUP, TRANSACTION_ID = "TranTest", "G", "C", "FUZZ-TX-1"
+ALERT_RULE = "stuck"
 SEEDED_PATH_VALUES = {
     "/api/v1/topics/{name}": {"name": TOPIC},
     "/api/v1/producer-groups/{name}": {"name": PRODUCER_GROUP},
@@ -52,6 +54,7 @@ SEEDED_PATH_VALUES = {
     "/api/v1/consumer-groups/{group}/receive": {"group": CONSUMER_GROUP},
     "/api/v1/consumer-groups/{group}/ack": {"group": CONSUMER_GROUP},
     "/api/v1/messages/{msg_id}": {"msg_id": TRANSACTION_ID},
+    "/api/v1/alert-rules/{name}": {"name": ALERT_RULE},
 }
 
 
@@ -73,6 +76,7 @@ def admin_token(db) -> Iterator[str]:
     topic_create(name=TOPIC, queue_nums=2)
     producer_group_create(name=PRODUCER_GROUP, check_url=None)
     consumer_group_create(name=CONSUMER_GROUP, max_delivery_attempts=3)
+    alert_rule_create(name=ALERT_RULE, kind="oldest_pending", group=PRODUCER_GROUP)
     transaction_prepare(
         producer_group=PRODUCER_GROUP,
         topic=TOPIC,

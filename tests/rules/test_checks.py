@@ -5,10 +5,12 @@ import pytest
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     backoff_ms,
+    check_answered,
     check_immunity_ms,
     check_immunity_valid,
     discard_reason,
     first_check_timestamp,
+    group_down_since,
     need_discard,
     need_skip,
     next_check_after_check,
@@ -73,3 +75,26 @@ def test_scan_lease_is_half_the_interval_within_bounds():
     assert scan_lease_ttl_ms(check_interval_ms=30_000, scan_interval_ms=1000) == 15_000
     assert scan_lease_ttl_ms(check_interval_ms=1000, scan_interval_ms=1000) == 1000
     assert scan_lease_ttl_ms(check_interval_ms=600_000, scan_interval_ms=1000) == 60_000
+
+
+def test_a_group_is_down_since_the_earlier_of_undelivered_and_unanswered():
+    assert group_down_since(unreachable_since=None, unanswered_since=None) is None
+    assert group_down_since(unreachable_since=5000, unanswered_since=None) == 5000
+    assert group_down_since(unreachable_since=None, unanswered_since=7000) == 7000
+    assert group_down_since(unreachable_since=9000, unanswered_since=7000) == 7000
+
+
+@pytest.mark.parametrize(
+    ("outcome", "answered"),
+    [
+        ("COMMIT_MESSAGE", True),
+        ("ROLLBACK_MESSAGE", True),
+        ("UNKNOW", True),
+        ("ACCEPTED", True),
+        ("INVALID", True),
+        ("", True),  # handed to a polling producer
+        ("TIMEOUT", False),
+    ],
+)
+def test_a_delivered_check_is_answered_unless_it_timed_out(outcome, answered):
+    assert check_answered(outcome) is answered

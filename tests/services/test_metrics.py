@@ -18,9 +18,17 @@ from django.db.models import Count
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
 from broker.metrics import REGISTRY
-from broker.models import MetricRollup, MetricWatermark, Transaction, TransactionEvent, now_ms
+from broker.models import (
+    MetricRollup,
+    MetricWatermark,
+    ProducerGroup,
+    Transaction,
+    TransactionEvent,
+    now_ms,
+)
 from broker.services.admin import producer_group_create, topic_create
 from broker.services.metrics import HORIZON_LOCK_TIMEOUT_MS, metrics_rollup_reset
 from broker.services.operator import transaction_operator_resolve, transaction_resume_check
@@ -83,6 +91,50 @@ def full_aggregation() -> Samples:
             key = ("halfmoon_operator_actions_total", (("kind", f"{kind}:{outcome}"),))
             key = key if outcome else ("halfmoon_operator_actions_total", (("kind", kind),))
         out[key] = out.get(key, 0) + n
+    out.update(per_group_aggregation())
+    return out
+
+
+def per_group_aggregation() -> Samples:
+    """The alerting families per producer group as a pass over the whole tables would give
+    them (written here independently of the code under test): pending count, oldest birth and
+    most checks of the PREPARED rows, checks and discards by group, reachability and the latest
+    answered check (any check_sent but TIMEOUT)."""
+    out: Samples = {}
+    checks = "COMMIT_MESSAGE ROLLBACK_MESSAGE UNKNOW ACCEPTED TIMEOUT INVALID POLLED UNDELIVERED"
+    for group in ProducerGroup.objects.all():
+        g = (("producer_group", group.name),)
+        out[("halfmoon_pending_transactions", g)] = 0
+        down = group.unreachable_since is not None or group.unanswered_since is not None
+        out[("halfmoon_producer_group_reachable", g)] = 0 if down else 1
+        for outcome in checks.split():
+            out[("halfmoon_producer_group_checks_total", (("outcome", outcome), *g))] = 0
+        for reason in ("check_max", "file_reserved_time"):
+            out[("halfmoon_producer_group_discarded_total", (*g, ("reason", reason)))] = 0
+    out[("halfmoon_transaction_check_max", ())] = conf.transaction_check_max
+    for tx in Transaction.objects.filter(state="PREPARED"):
+        g = (("producer_group", tx.producer_group),)
+        out[("halfmoon_pending_transactions", g)] += 1
+        born = ("halfmoon_pending_oldest_timestamp_seconds", g)
+        out[born] = min(out.get(born, tx.born_timestamp / 1000), tx.born_timestamp / 1000)
+        most = ("halfmoon_pending_max_check_times", g)
+        out[most] = max(out.get(most, 0), tx.check_times)
+    group_of = dict(Transaction.objects.values_list("transaction_id", "producer_group"))
+    for event in TransactionEvent.objects.all():
+        group = group_of.get(event.transaction_id)
+        if group is None:
+            continue
+        g = (("producer_group", group),)
+        if event.kind in ("check_sent", "check_undelivered"):
+            key = ("halfmoon_producer_group_checks_total", (("outcome", event.outcome), *g))
+        elif event.kind == "discarded":
+            key = ("halfmoon_producer_group_discarded_total", (*g, ("reason", event.outcome)))
+        else:
+            continue
+        out[key] = out.get(key, 0) + 1
+        if event.kind == "check_sent" and event.outcome != "TIMEOUT":
+            last = ("halfmoon_producer_group_last_answer_timestamp_seconds", g)
+            out[last] = max(out.get(last, 0), event.timestamp / 1000)
     return out
 
 

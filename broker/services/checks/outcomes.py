@@ -318,7 +318,9 @@ def _group_health_record(outcomes: list[CheckOutcome], *, now: int) -> None:
     (all timed out or undelivered): no checks to it for ``broker.rules.checks.backoff_ms`` of
     its failed rounds (from ``HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS`` up to the check
     interval). One answer clears it. A dead producer thus costs one probe per backoff instead
-    of a batch of timeouts per round, and cannot delay the checks of healthy groups."""
+    of a batch of timeouts per round, and cannot delay the checks of healthy groups. The first
+    failed round since the last answer is kept as the group's ``unanswered_since`` (cleared by
+    the answer too), for ``broker.rules.checks.group_down_since``."""
     answered: dict[str, bool] = {}
     for outcome in outcomes:
         ok = outcome.delivered and not outcome.timed_out
@@ -326,8 +328,8 @@ def _group_health_record(outcomes: list[CheckOutcome], *, now: int) -> None:
     for group, ok in answered.items():
         if ok:
             ProducerGroup.objects.filter(name=group).exclude(
-                check_failures=0, check_backoff_until=None
-            ).update(check_failures=0, check_backoff_until=None)
+                check_failures=0, check_backoff_until=None, unanswered_since=None
+            ).update(check_failures=0, check_backoff_until=None, unanswered_since=None)
             continue
         with transaction.atomic():
             row = ProducerGroup.objects.select_for_update().filter(name=group).first()
@@ -335,7 +337,9 @@ def _group_health_record(outcomes: list[CheckOutcome], *, now: int) -> None:
                 continue
             row.check_failures += 1
             row.check_backoff_until = now + _backoff_ms(row.check_failures)
-            row.save(update_fields=["check_failures", "check_backoff_until"])
+            if row.unanswered_since is None:
+                row.unanswered_since = now
+            row.save(update_fields=["check_failures", "check_backoff_until", "unanswered_since"])
         logger.warning(
             "producer group %s backed off until %d (%d failed rounds)",
             group,

@@ -13,6 +13,10 @@ Two moments apply the rule:
   that resolves elsewhere by then (DNS rebinding) reaches nothing it should not. A refusal
   there raises ``CheckTargetRefused`` (an ``httpx.ConnectError``): the check is undelivered,
   like a refused connection, with the refusal in the journal's error.
+
+The alerts' webhooks (``broker.services.alerts.webhooks``) are judged by the same two
+moments, ``target_url_refusal`` and ``PinnedTransport``, against their own allow-list
+(``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``, read by ``allowed_targets_setting``).
 """
 
 from __future__ import annotations
@@ -58,13 +62,23 @@ def allowed_targets() -> AllowedTargets:
     Raises:
         ValueError: an entry that is neither a network nor a host name.
     """
-    value = settings.HALFMOON_CHECK_URL_ALLOWED_NETWORKS
-    return _allowed_parsed(value if isinstance(value, str) else tuple(value))
+    return allowed_targets_setting("HALFMOON_CHECK_URL_ALLOWED_NETWORKS", subject="check")
+
+
+def allowed_targets_setting(setting: str, *, subject: str) -> AllowedTargets:
+    """The allow-list in the Django setting ``setting`` (a list or a comma-separated string of
+    networks and host names), parsed for ``subject`` ("check", "webhook": the refusals' word).
+
+    Raises:
+        ValueError: an entry that is neither a network nor a host name.
+    """
+    value = getattr(settings, setting)
+    return _allowed_parsed(value if isinstance(value, str) else tuple(value), setting, subject)
 
 
 @functools.lru_cache(maxsize=8)
-def _allowed_parsed(value: str | tuple[str, ...]) -> AllowedTargets:
-    return allowed_targets_parse(value)
+def _allowed_parsed(value: str | tuple[str, ...], setting: str, subject: str) -> AllowedTargets:
+    return allowed_targets_parse(value, setting=setting, subject=subject)
 
 
 def broker_endpoint() -> BrokerEndpoint:
@@ -111,23 +125,34 @@ def check_url_refusal(url: str) -> Refusal | None:
     ``HALFMOON_CHECK_REQUEST_TIMEOUT_MS``) and every address judged; a name that does not
     resolve is refused (``unresolved``). Rules: ``broker.rules.check_targets``.
     """
-    target = check_target_parse(url)
+    return target_url_refusal(
+        url, allowed=allowed_targets(), resolve_timeout_ms=conf.check_request_timeout_ms
+    )
+
+
+def target_url_refusal(
+    url: str, *, allowed: AllowedTargets, resolve_timeout_ms: int
+) -> Refusal | None:
+    """Judge a URL the broker will POST to (a check URL, a webhook) being set, against
+    ``allowed``: None when it may be stored, else why not. As ``check_url_refusal`` says,
+    with a host name resolved within ``resolve_timeout_ms``."""
+    target = check_target_parse(url, subject=allowed.subject)
     if isinstance(target, Refusal):
         return target
-    allowed, broker = allowed_targets(), broker_endpoint()
+    broker = broker_endpoint()
     if target.address is not None:
         return address_refusal(target.address, target.port, allowed=allowed, broker=broker)
     if allowed.allows_name(target.host):
         return None
     future = _RESOLVER.submit(socket.getaddrinfo, target.host, target.port, 0, socket.SOCK_STREAM)
     try:
-        addresses = _addresses(future.result(timeout=conf.check_request_timeout_ms / 1000))
+        addresses = _addresses(future.result(timeout=resolve_timeout_ms / 1000))
     except concurrent.futures.TimeoutError:
         return name_unresolved_refusal(
-            target.host, f"no answer within {conf.check_request_timeout_ms} ms"
+            target.host, f"no answer within {resolve_timeout_ms} ms", setting=allowed.setting
         )
     except (OSError, UnicodeError) as exc:
-        return name_unresolved_refusal(target.host, str(exc))
+        return name_unresolved_refusal(target.host, str(exc), setting=allowed.setting)
     for address in addresses:
         refusal = address_refusal(
             address, target.port, allowed=allowed, broker=broker, host=target.host
@@ -186,7 +211,7 @@ class PinnedTransport(httpx.AsyncBaseTransport):
             httpx.ConnectError: the name does not resolve, or no address accepts a connection.
             httpx.ConnectTimeout: the name did not resolve in time.
         """
-        target = check_target_parse(str(request.url))
+        target = check_target_parse(str(request.url), subject=self._allowed.subject)
         if isinstance(target, Refusal):
             raise CheckTargetRefused(target, request=request)
         if target.address is not None:

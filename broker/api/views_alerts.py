@@ -1,0 +1,69 @@
+"""api-v1 additions for Halfmoon's own alerts (``docs/api-additions.md``): the alert rules,
+admin key only. ``GET``/``POST /api/v1/alert-rules`` and ``GET``/``PATCH``/``DELETE
+/api/v1/alert-rules/{name}``; every write goes through ``broker.services.alerts.rules``."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker import selectors_alerts
+from broker.api import serializers_alerts as s
+from broker.api.permissions import IsAdminKey
+from broker.api.views import AdminListCreateView, _errors, _valid
+from broker.services.alerts import rules
+
+
+class AlertRuleListCreateView(AdminListCreateView):
+    """Alert rules: what Halfmoon watches and when it notifies (addition to api-v1)."""
+
+    in_serializer = s.AlertRuleInSerializer
+    out_serializer = s.AlertRuleOutSerializer
+    create_errors = (404, 409, 413)
+    list_summary = "List alert rules (admin key; addition to api-v1)"
+    create_summary = (
+        "Create an alert rule (admin key; addition to api-v1): 404 for an unknown group, 409 "
+        "alert_rule_exists"
+    )
+    rows = staticmethod(selectors_alerts.alert_rule_list)
+    create = staticmethod(rules.alert_rule_create)
+
+
+class AlertRuleDetailView(APIView):
+    """One alert rule: read, change, delete (addition to api-v1)."""
+
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        responses={200: s.AlertRuleOutSerializer, **_errors(404)},
+        summary="An alert rule (admin key; addition to api-v1)",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(s.AlertRuleOutSerializer(selectors_alerts.alert_rule_get(name)).data)
+
+    @extend_schema(
+        request=s.AlertRulePatchSerializer,
+        responses={200: s.AlertRuleOutSerializer, **_errors(404, 413)},
+        summary="Change an alert rule (admin key; addition to api-v1)",
+        description="Any of `group`, `threshold`, `window_s`, `severity`, `repeat_interval_s`, "
+        "`enabled`, `description`; the name and kind stay. An alert the change stops (a "
+        "disabled rule, another group, a threshold no longer crossed) resolves at the next "
+        "evaluation. 404 `alert_rule_not_found`, or the group's `<kind>_not_found`.",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        changes = _valid(s.AlertRulePatchSerializer, request.data)
+        rule = rules.alert_rule_update(name=name, **changes)
+        return Response(s.AlertRuleOutSerializer(rule).data)
+
+    @extend_schema(
+        responses={204: None, **_errors(404)},
+        summary="Delete an alert rule (admin key; addition to api-v1)",
+        description="Its firing alerts resolve at once (notified as resolved where their "
+        "firing was notified) and stay in the history; its silences go with it.",
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        rules.alert_rule_delete(name=name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
