@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 from broker import selectors_alerts
 from broker.api import serializers_alerts as s
 from broker.api.permissions import IsAdminKey
-from broker.api.views import AdminListCreateView, _errors, _valid
+from broker.api.shapes import validated
+from broker.api.views import AdminListCreateView, _errors
 from broker.services.alerts import rules
 
 
@@ -54,7 +55,7 @@ class AlertRuleDetailView(APIView):
         "evaluation. 404 `alert_rule_not_found`, or the group's `<kind>_not_found`.",
     )
     def patch(self, request: Request, name: str) -> Response:
-        changes = _valid(s.AlertRulePatchSerializer, request.data)
+        changes = validated(s.AlertRulePatchSerializer, request.data)
         rule = rules.alert_rule_update(name=name, **changes)
         return Response(s.AlertRuleOutSerializer(rule).data)
 
