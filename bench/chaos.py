@@ -15,7 +15,8 @@ Each round runs ``--producers`` producers (each sends a half message, then commi
 rolls it back (20%) or leaves it to the back-check (20%)) and ``--consumers`` consumers
 (receive, ack) for ``--round-s`` seconds; halfway, one fault, in turn:
 
-- ``web_worker``: SIGKILL one uvicorn worker (uvicorn starts another);
+- ``web_worker``: SIGKILL one of the web processes (``python -m halfmoon.web``, two of them
+  on one address; supervisord starts another, the other serves meanwhile);
 - ``worker``: SIGKILL the Celery worker's main process (supervisord starts another);
 - ``pool_child``: SIGKILL one prefork pool child (Celery starts another);
 - ``beat``: SIGKILL Celery beat (supervisord starts another);
@@ -230,15 +231,12 @@ class Broker:
         assert self.proc is not None
         return main_processes(psutil.Process(self.proc.pid))
 
-    def children_of(self, name: str) -> list[psutil.Process]:
-        """The worker processes of program ``name``: uvicorn's (started by multiprocessing's
-        spawn, so their command line is not uvicorn's) or a Celery prefork pool's."""
-        main = self.programs()[name]
+    def pool_children(self) -> list[psutil.Process]:
+        """The Celery worker's prefork pool processes."""
         children = []
-        for child in main.children():
+        for child in self.programs()["worker"].children():
             with suppress(psutil.Error):
-                cmdline = child.cmdline()
-                if program_of(cmdline) == name or "spawn_main" in " ".join(cmdline):
+                if program_of(child.cmdline()) == "worker":
                     children.append(child)
         return children
 
@@ -257,15 +255,14 @@ class Broker:
 
 def inject(fault: str, broker: Broker, postgres: PrivatePostgres, redis: RedisServer) -> str:
     """Do ``fault``; returns what was done."""
-    if fault in ("web_worker", "pool_child"):
-        name = "web" if fault == "web_worker" else "worker"
-        victims = broker.children_of(name)
+    if fault == "pool_child":
+        victims = broker.pool_children()
         if not victims:
-            return f"{fault}: no child of {name} to kill"
+            return f"{fault}: no pool child of the worker to kill"
         victims[0].kill()
         return f"{fault}: killed pid {victims[0].pid}"
-    if fault in ("worker", "beat"):
-        victim = broker.programs()[fault]
+    if fault in ("web_worker", "worker", "beat"):
+        victim = broker.programs()["web" if fault == "web_worker" else fault]
         victim.kill()
         return f"{fault}: killed pid {victim.pid}"
     server = postgres if fault == "postgres" else redis

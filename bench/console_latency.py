@@ -6,7 +6,8 @@ list takes to render with 100,000 pending transactions.
 1. Recreates ``bench_console`` (``DATABASE_URL`` names the server and the database), migrates
    it and seeds ``--pending`` PREPARED transactions on ``ScanTopic`` / ``ScanGroup`` in bulk
    (bench/scan_cost.py's SQL seed), makes a console operator and an admin access key.
-2. Serves the broker as production does (uvicorn, 2 workers, Redis DB 11, flushed first) and
+2. Serves the broker as production does (2 web processes, ``python -m halfmoon.web``; Redis DB
+   11, flushed first) and
    signs in with Debian's Chromium (Playwright) on ``/console/transactions/``.
 3. ``--changes`` times: from inside the page, ends one PREPARED transaction shown in the list
    (commit and rollback in turn) with ``fetch()`` to ``POST /api/v1/transactions/{id}/end``,
@@ -48,7 +49,7 @@ from throughput import (
     base_env,
     pick_port,
     run,
-    start_uvicorn,
+    start_web,
     wait_http,
 )
 
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     port = pick_port(args.port)
     log = LOG_DIR / "console-uvicorn.log"
-    server = start_uvicorn("halfmoon.asgi:application", env, port, log)
+    server = start_web(env, port, log)
     try:
         wait_http(port, "/healthz", server, log)
         figures = measure_changes(args, f"http://127.0.0.1:{port}", token)

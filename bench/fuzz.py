@@ -4,7 +4,8 @@
 
 Without ``--url`` the bench starts a broker itself, as bench/throughput.py does: it recreates
 the PostgreSQL database ``halfmoon_fuzz`` (``DATABASE_URL`` to change), migrates it, makes an
-admin key and serves ``halfmoon.asgi`` with uvicorn (2 workers, production settings, Redis
+admin key and serves ``halfmoon.asgi`` as production does (2 web processes, ``python -m
+halfmoon.web``, production settings, Redis
 database 12 unless ``REDIS_URL`` is set), and stops it at the end. Either way it seeds a topic,
 a producer group (polling), a consumer group and a half message through the API, so the
 operations reach their logic.
@@ -51,7 +52,7 @@ from throughput import (  # noqa: E402
     base_env,
     pick_port,
     run,
-    start_uvicorn,
+    start_web,
     wait_http,
 )
 
@@ -77,7 +78,7 @@ def start_broker(database_url: str) -> tuple[str, str]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / "fuzz-uvicorn.log"
     port = pick_port(None)
-    server = start_uvicorn("halfmoon.asgi:application", env, port, log)
+    server = start_web(env, port, log)
     wait_http(port, "/healthz", server, log)
     print(f"fuzz: broker on port {port}, database {pg.dbname}, log {log}")
     return f"http://127.0.0.1:{port}", token

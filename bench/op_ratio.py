@@ -5,8 +5,8 @@
 
 1. Recreates the database, migrates it, creates topic ``BenchTopic`` (4 queues), producer group
    ``BenchGroup`` and an access key (as bench/throughput.py does).
-2. Starts the broker as the quick start serves it (deploy/supervisord.conf): ``uvicorn halfmoon.asgi:application
-   --workers 2``, ``celery -A tasks worker --concurrency 2`` and ``celery -A tasks beat``, each in
+2. Starts the broker as the quick start serves it (deploy/supervisord.conf): 2 web processes
+   (``python -m halfmoon.web``), ``celery -A tasks worker --concurrency 2`` and ``celery -A tasks beat``, each in
    its own process group, on Redis DB 13 (flushed first), with the default Op settings
    (``HALFMOON_OP_BATCH_INTERVAL_MS`` 3000, ``HALFMOON_OP_MSG_MAX_SIZE`` 4096) unless
    ``--op-interval-ms`` / ``--op-max-size`` are given.
@@ -48,7 +48,7 @@ from throughput import (
     broker_database_prepare,
     pick_port,
     run_wrk,
-    start_uvicorn,
+    start_web,
     wait_http,
 )
 
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     port = pick_port(args.port)
     print(
-        f"bench: {args.connections} connections for {args.duration:g} s, uvicorn --workers 2, "
+        f"bench: {args.connections} connections for {args.duration:g} s, 2 web processes, "
         f"celery worker --concurrency 2 + beat, {', '.join(f'{k}={v}' for k, v in op_settings.items())}, "
         f"{os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}, {args.redis_url}; "
         f"logs in {LOG_DIR}",
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     wrk_log.write_text("")
     try:
         web_log = LOG_DIR / "op-ratio-uvicorn.log"
-        web = start_uvicorn("halfmoon.asgi:application", env, port, web_log)
+        web = start_web(env, port, web_log)
         wait_http(port, "/healthz", web, web_log)
         start_celery(env)
         print("broker: web, worker and beat up", flush=True)

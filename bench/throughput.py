@@ -5,7 +5,9 @@
     .venv/bin/python bench/throughput.py --serving-compare   # Halfmoon under each server
 
 1. Halfmoon per request: half message + commit (= one transaction) per second through the HTTP
-   API, served as production serves it (uvicorn, 2 workers, ASGI, Django's psycopg pool), driven
+   API, served as production serves it (2 web processes, ``python -m halfmoon.web``: uvicorn, a
+   ``SO_REUSEPORT`` socket each, the views on Django's WSGI handler in a thread pool, Django's
+   psycopg pool), driven
    by ``wrk -s bench/tx.lua``.
 2. Halfmoon in batches: ``POST /api/v1/transactions/batch`` of 32 half messages, then
    ``POST /api/v1/transactions/end-batch`` committing them (``bench/batch.lua``), same server;
@@ -41,6 +43,7 @@ import importlib.util
 import multiprocessing
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -302,6 +305,20 @@ def start_uvicorn(app: str, env: dict[str, str], port: int, log: Path) -> subpro
     return CHILDREN.start(cmd, env=env, log=log)
 
 
+def start_web(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    """Serve Halfmoon as production does (deploy/supervisord.conf ``web``): ``UVICORN_WORKERS``
+    web processes (``python -m halfmoon.web``: uvicorn, each its own ``SO_REUSEPORT`` socket on
+    ``port``), started by one shell that waits for them, so that the returned process leads
+    their process group (stopped together) and its children are the web processes
+    (``child_pids``)."""
+    one = shlex.join(
+        [sys.executable, "-m", "halfmoon.web", "--host", "127.0.0.1", "--port", str(port)]
+    )
+    script = " ".join([f"{one} &"] * UVICORN_WORKERS) + " wait"
+    log.write_text("")
+    return CHILDREN.start(["/bin/sh", "-c", script], env=env, log=log)
+
+
 def start_gunicorn(app: str, env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
     """Serve WSGI ``app`` with gunicorn: 2 sync workers (one request at a time each), no access
     log, level warning. ``app`` may be a factory call (``module:function()``)."""
@@ -366,7 +383,9 @@ def child_pids(master: int) -> list[int]:
 
 
 def worker_pids(master: int) -> list[int]:
-    """The uvicorn worker processes (multiprocessing children) of ``master``."""
+    """The web processes started by ``master``: Halfmoon's (``python -m halfmoon.web``, children
+    of ``start_web``'s shell) or uvicorn's workers (multiprocessing children of ``uvicorn
+    --workers``)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -377,7 +396,7 @@ def worker_pids(master: int) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == master and "spawn_main" in cmdline:
+        if ppid == master and ("spawn_main" in cmdline or "halfmoon.web" in cmdline):
             found.append(int(entry.name))
     return sorted(found)
 
@@ -656,7 +675,7 @@ def _category(frame: str) -> str:
 def start_profilers(
     master: int, seconds: float, name: str = "halfmoon"
 ) -> tuple[list[subprocess.Popen], Path | None]:
-    """py-spy one uvicorn worker into collapsed stacks (var/bench/<name>-profile.txt) and the
+    """py-spy one web process into collapsed stacks (var/bench/<name>-profile.txt) and the
     other into an SVG flamegraph (<name>-flamegraph.svg); return the py-spy processes and the
     collapsed-stacks file."""
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
@@ -665,7 +684,7 @@ def start_profilers(
         return [], None
     workers = worker_pids(master)
     if not workers:
-        print("profile: no uvicorn worker found; skipped")
+        print("profile: no web process found; skipped")
         return [], None
     raw = LOG_DIR / f"{name}-profile.txt"
     svg = LOG_DIR / f"{name}-flamegraph.svg"
@@ -864,7 +883,8 @@ def broker_database_prepare(pg: Pg, env: dict[str, str]) -> str:
 
 # How Halfmoon's API can be served; the first is production's (deploy/supervisord.conf "web").
 SERVINGS = {
-    "uvicorn": "uvicorn --workers 2, halfmoon.asgi, Django's psycopg pool",
+    "uvicorn": "2 web processes (python -m halfmoon.web: uvicorn, a SO_REUSEPORT socket each), "
+    "halfmoon.asgi, Django's psycopg pool",
     "gunicorn-sync": "gunicorn --workers 2 sync, halfmoon.wsgi, HALFMOON_SERVER=wsgi "
     "(CONN_MAX_AGE persistent connections)",
     "granian-wsgi": "granian --workers 2 --interface wsgi --blocking-threads 1, halfmoon.wsgi, "
@@ -879,7 +899,7 @@ def start_halfmoon(serving: str, env: dict[str, str], port: int, log: Path) -> s
     pool)."""
     env = dict(env)
     if serving == "uvicorn":
-        return start_uvicorn("halfmoon.asgi:application", env, port, log)
+        return start_web(env, port, log)
     if serving == "gunicorn-sync":
         env["HALFMOON_SERVER"] = "wsgi"
         return start_gunicorn("halfmoon.wsgi:application", env, port, log)

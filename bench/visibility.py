@@ -7,8 +7,8 @@
 1. Recreates the database, migrates it, creates topics ``BenchTopic`` (background load),
    ``VisTopic`` (measured) and ``IdleTopic`` (nothing is ever sent there), consumer groups
    ``VisConsumers`` and ``IdleConsumers`` and an admin access key.
-2. Serves the broker as the quick start does (``uvicorn halfmoon.asgi:application --workers
-   2``, PostgreSQL, Redis DB 10 flushed first). No Celery: nothing here needs a back-check.
+2. Serves the broker as the quick start does (2 web processes, ``python -m halfmoon.web``,
+   PostgreSQL, Redis DB 10 flushed first). No Celery: nothing here needs a back-check.
 3. Latency: a background load of ``--load-tps`` transactions/s (half message + commit) on
    BenchTopic; ``--consumers`` consumers long-poll VisTopic (``wait_ms`` 20000, acking what they
    get); one producer commits ``--commits`` transactions on VisTopic, one after the other at
@@ -17,7 +17,7 @@
    monotonic clock; negative when the consumer had it before the producer had its answer).
 4. Waiters: ``--waiters`` receives long-poll IdleTopic at once (``wait_ms`` ``--waiter-wait-ms``)
    while the background load goes on; /healthz is sampled every 20 ms meanwhile, and the
-   uvicorn workers' thread counts are read. Every waiter must answer 200 with no message, not
+   web processes' thread counts are read. Every waiter must answer 200 with no message, not
    before its wait_ms and not more than 1 s past it.
 
 Baseline: the broker has no switch to turn wake-ups off. Before them a waiting receive re-read
@@ -55,7 +55,7 @@ from throughput import (
     base_env,
     pick_port,
     run,
-    start_uvicorn,
+    start_web,
     wait_http,
     worker_pids,
 )
@@ -240,8 +240,8 @@ async def measure_waiters(
 ) -> tuple[list[float], int, list[int]]:  # fmt: skip
     """``waiters`` receives long-polling IDLE_TOPIC while /healthz is sampled under the
     background load; returns the /healthz latencies (ms), how many waiters failed (not 200 with
-    no message, or before wait_ms, or later than wait_ms + WAITER_SLACK_S) and the uvicorn
-    workers' thread counts while they waited."""
+    no message, or before wait_ms, or later than wait_ms + WAITER_SLACK_S) and the web
+    processes' thread counts while they waited."""
     run_ = Run(client)
     load = asyncio.create_task(background_load(run_, load_tps))
     failed = 0
@@ -339,7 +339,7 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
         f"{args.waiters} waiters on {IDLE_TOPIC} for {args.waiter_wait_ms} ms: {failed} failed "
         f"(not empty, early or > {WAITER_SLACK_S:g} s late); /healthz {len(samples)} samples: "
         f"p50 {percentile(samples, 0.5):.1f} ms, p99 {healthz_p99:.1f} ms, "
-        f"max {max(samples, default=0):.1f} ms; uvicorn worker threads while waiting: {threads}"
+        f"max {max(samples, default=0):.1f} ms; web process threads while waiting: {threads}"
     )
     met = p99 < GOAL_P99_MS and healthz_p99 < GOAL_HEALTHZ_P99_MS and failed == 0
     print(
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     port = pick_port(args.port)
     print(
         f"bench: {args.commits} commits at <= {args.rate:g}/s, {args.consumers} consumers, "
-        f"{args.load_tps:g} tx/s background, then {args.waiters} waiters; uvicorn --workers 2, "
+        f"{args.load_tps:g} tx/s background, then {args.waiters} waiters; 2 web processes, "
         f"{os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}, {args.redis_url}; "
         f"logs in {LOG_DIR}",
         flush=True,
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     token = prepare(pg, env)
     try:
         log = LOG_DIR / "visibility-uvicorn.log"
-        web = start_uvicorn("halfmoon.asgi:application", env, port, log)
+        web = start_web(env, port, log)
         wait_http(port, "/healthz", web, log)
         return asyncio.run(bench(port, token, args, web.pid))
     finally:

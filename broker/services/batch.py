@@ -8,21 +8,22 @@ shared with the single operations: ``transactions_store`` (half messages and the
 transactions), ``messages_store`` (normal messages), ``transactions_resolve_prepared``
 (commits and rollbacks of PREPARED transactions). The uncommon items (a msg_id stored already or
 twice in the batch, an end of a transaction that is not PREPARED, unknown) go one by one
-through ``transaction_prepare`` and ``transaction_end``, each inside its own savepoint: an item
-that fails leaves nothing of itself and undoes none of the others. An item's ``HalfmoonError``
+through ``transaction_prepare`` (each in a savepoint of the batch's database transaction) and
+``transaction_end`` (each its own database transaction): an item that fails leaves nothing of
+itself and undoes none of the others. An item's ``HalfmoonError``
 becomes its outcome; any other error (the database gone) fails the whole batch and nothing of
 it is stored.
 
 Lock order, so that two batches never deadlock each other (nor a batch and a single call):
 
 - sends take the offset counter of each queue they append to (``broker.services.storage``)
-  until the batch commits, in ``(topic, queue_id)`` order: a batch of half messages locks its
-  half queues' counters first (``_queue_counters_lock``), the set-based statements lock the
-  counters they move in that order (``storage.queue_slots_cte``);
-- ends lock their transaction rows in transaction id order first, then the real queues'
-  counters in ``(topic, queue_id)`` order: the set-based statement takes them in that order,
-  and the items ended one by one follow the ``(real topic, queue, id)`` order the check
-  outcomes use (``checks.outcomes.resolution_lock_order``).
+  in ``(topic, queue_id)`` order: the set-based statements lock the counters they move in
+  that order (``storage.queue_slots_cte``), only while they run when they are their own
+  database transaction; a batch of half messages that needs items one by one locks its half
+  queues' counters first, in that order, until it commits (``_queue_counters_lock``);
+- ends lock their transaction rows in transaction id order, then the real queues' counters
+  in ``(topic, queue_id)`` order (``resolution.transactions_resolve_prepared``); the items
+  answered one by one lock one row each, in a database transaction of their own.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from broker.constants import HALF_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
 from broker.models import ConsumeQueue, Message, Transaction
 from broker.rules.states import RESOLVING_ACTIONS
-from broker.services.checks.outcomes import resolution_lock_order
 from broker.services.messages import message_plan
 from broker.services.resolution import PreparedEnd, transactions_resolve_prepared
 from broker.services.storage import messages_store, new_msg_id
@@ -144,16 +144,24 @@ def transaction_prepare_batch(
         except HalfmoonError as exc:
             outcomes[index] = exc
     times = Counter(plan.tx.transaction_id for plan in plans.values())
+    stored = set(Transaction.objects.filter(pk__in=list(times)).values_list("pk", flat=True))
+    fresh = [i for i, p in plans.items() if times[p.tx.transaction_id] == 1]
+    fresh = [i for i in fresh if plans[i].tx.transaction_id not in stored]
+    if len(fresh) == len(plans):  # the common batch: one statement, its own transaction
+        try:
+            transactions_store([plans[i] for i in fresh])
+        except IntegrityError:  # a concurrent send of one of these msg_ids: item by item
+            pass
+        else:
+            for index in fresh:
+                outcomes[index] = (plans[index].tx, True)
+            return outcomes
     half_queues = sorted({plan.tx.half_queue_id for plan in plans.values()})
     with transaction.atomic():
         _queue_counters_lock(Q(topic=HALF_TOPIC, queue_id__in=half_queues))
-        stored = set(Transaction.objects.filter(pk__in=list(times)).values_list("pk", flat=True))
-        fresh = [i for i, p in plans.items() if times[p.tx.transaction_id] == 1]
-        fresh = [i for i in fresh if plans[i].tx.transaction_id not in stored]
         try:
-            with transaction.atomic():
-                transactions_store([plans[i] for i in fresh])
-        except IntegrityError:  # a concurrent send of one of these msg_ids: item by item
+            transactions_store([plans[i] for i in fresh])  # a savepoint in this transaction
+        except IntegrityError:
             fresh = []
         for index in fresh:
             outcomes[index] = (plans[index].tx, True)
@@ -195,15 +203,15 @@ def message_send_batch(*, sends: Sequence[BatchItem]) -> list[Message | Exceptio
 def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Exception]:
     """End the transactions of ``ends`` (``transaction_end``'s keyword arguments:
     ``transaction_id``, ``producer_group``, ``action``, ``from_transaction_check``, ``remark``;
-    or an item's error) in one database transaction (api-v1 ``POST /transactions/end-batch``).
+    or an item's error) (api-v1 ``POST /transactions/end-batch``).
 
-    The transaction rows are locked in id order first. The commits and rollbacks of PREPARED
-    transactions of the right group are then written together in one statement
-    (``transactions_resolve_prepared``, the first item of each transaction); every other item
-    goes through ``transaction_end`` (the one end rule), in ``(real topic, queue, id)`` order
-    (``checks.outcomes.resolution_lock_order``), items for the same transaction in the order
-    given. A refused end is journalled as the single end journals it, and kept when the batch
-    commits.
+    The commits and rollbacks of PREPARED transactions of the right group (the first item of
+    each transaction) are written together in one statement, its own database transaction
+    (``transactions_resolve_prepared``: rows locked in id order, then the real queues'
+    counters in ``(topic, queue_id)`` order). Every other item is then answered as the single
+    end answers it (``transaction_end``, each its own database transaction), in the items'
+    order: an unknown end, an end of a transaction not PREPARED or of another group, a second
+    item of the same transaction. A refused end is journalled as the single end journals it.
 
     Returns:
         per item, in order: the transaction after its end, or the error of that item
@@ -213,45 +221,32 @@ def transaction_end_batch(*, ends: Sequence[BatchItem]) -> list[Transaction | Ex
         InvalidInput: ``batch_empty``, ``batch_too_large``; nothing changed.
     """
     batch_size_check(len(ends))
-    ids = sorted({e["transaction_id"] for e in ends if not isinstance(e, Exception)})
     outcomes: list[Any] = list(ends)
-    with transaction.atomic():
-        locked = {
-            tx.pk: tx
-            for tx in Transaction.objects.select_for_update().filter(pk__in=ids).order_by("pk")
-        }
-        first: dict[str, int] = {}
-        for index, item in enumerate(ends):
-            if not isinstance(item, Exception):
-                first.setdefault(item["transaction_id"], index)
-        asked = {
-            index: PreparedEnd(
-                transaction_id=ends[index]["transaction_id"],
-                producer_group=ends[index]["producer_group"],
-                action=ends[index]["action"],
-                resolved_by=end_resolved_by(ends[index].get("from_transaction_check", False)),
-                reason=ends[index].get("remark") or "",
-            )
-            for index in first.values()
-            if ends[index]["action"] in RESOLVING_ACTIONS
-        }
-        resolved = transactions_resolve_prepared(list(asked.values()))
-        for index, end in asked.items():
-            if end.transaction_id in resolved:
-                outcomes[index] = resolved[end.transaction_id]
-
-        def order_key(index: int) -> tuple[str, int, str, int]:
-            tid = ends[index]["transaction_id"]
-            tx = locked.get(tid)
-            return (*resolution_lock_order(tx), index) if tx else ("", -1, tid, index)
-
-        rest = sorted(
-            (i for i, item in enumerate(ends) if not isinstance(item, Exception)),
-            key=order_key,
+    first: dict[str, int] = {}
+    for index, item in enumerate(ends):
+        if not isinstance(item, Exception):
+            first.setdefault(item["transaction_id"], index)
+    asked = {
+        index: PreparedEnd(
+            transaction_id=ends[index]["transaction_id"],
+            producer_group=ends[index]["producer_group"],
+            action=ends[index]["action"],
+            resolved_by=end_resolved_by(ends[index].get("from_transaction_check", False)),
+            reason=ends[index].get("remark") or "",
         )
-        rest = [i for i in rest if i not in asked or asked[i].transaction_id not in resolved]
-        for index, outcome in zip(
-            rest, _run([ends[i] for i in rest], transaction_end), strict=True
-        ):
-            outcomes[index] = outcome
+        for index in first.values()
+        if ends[index]["action"] in RESOLVING_ACTIONS
+    }
+    resolved = transactions_resolve_prepared(list(asked.values()))
+    for index, end in asked.items():
+        if end.transaction_id in resolved:
+            outcomes[index] = resolved[end.transaction_id]
+    rest = [
+        i
+        for i, item in enumerate(ends)
+        if not isinstance(item, Exception)
+        and (i not in asked or asked[i].transaction_id not in resolved)
+    ]
+    for index, outcome in zip(rest, _run([ends[i] for i in rest], transaction_end), strict=True):
+        outcomes[index] = outcome
     return outcomes

@@ -202,9 +202,9 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
     (``POST /transactions/{id}/end``: one item) and of an end batch (``POST
     /transactions/end-batch``: all of its items).
 
-    The statement locks the transaction rows in id order (``SELECT ... FOR UPDATE`` in its first
-    CTE; under READ COMMITTED a row changed meanwhile by a concurrent end is re-read and, no
-    longer PREPARED, left out), then writes what ``transaction_resolve_locked`` writes for each:
+    The statement locks the transaction rows in id order (``SELECT ... FOR UPDATE`` by primary
+    key in its first CTE; under READ COMMITTED a row changed meanwhile by a concurrent end is
+    re-read, and its current state and group decide), then writes what ``transaction_resolve_locked`` writes for each:
     for a commit the copy of the half message to its real queue (``message_deliver_cte``: the
     copies to one queue take consecutive offsets of one counter move, counters locked in
     ``(topic, queue_id)`` order), the ``Resolution`` row (Op message source, unique per
@@ -299,11 +299,18 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
     params += [TransactionState.PREPARED, TransactionState.COMMITTED]
     ctes = [
         items,
+        # Locked by primary key alone, in id order; the group and state are checked on the
+        # locked rows (their current version): a condition on them in the locking query let
+        # the planner pick the (producer_group, state) index and scan every PREPARED row of
+        # the group for each end.
+        "locked AS (SELECT transaction_id, producer_group, state, topic, queue_id, "
+        f"half_queue_id, half_queue_offset, half_commit_log_offset FROM {table} "
+        "WHERE transaction_id IN (SELECT transaction_id FROM items) "
+        "ORDER BY transaction_id FOR UPDATE)",
         "gate AS (SELECT t.transaction_id, t.topic, t.queue_id, t.half_queue_id, "
         "t.half_queue_offset, t.half_commit_log_offset, i.state, i.action, i.resolved_by, "
-        f"i.reason FROM {table} t JOIN items i ON i.transaction_id = t.transaction_id "
-        "AND i.producer_group = t.producer_group WHERE t.state = %s "
-        "ORDER BY t.transaction_id FOR UPDATE OF t)",
+        "i.reason FROM locked t JOIN items i ON i.transaction_id = t.transaction_id "
+        "AND i.producer_group = t.producer_group WHERE t.state = %s)",
         "commits AS (SELECT * FROM gate WHERE state = %s)",
     ]
     cte, cte_params = message_deliver_cte(

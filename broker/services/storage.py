@@ -158,9 +158,10 @@ def messages_store(messages: Sequence[Message]) -> None:
     commit log and their queues, all or none; set each one's offsets. Their topics' long polls
     are woken once the database transaction commits (``message_visible_on_commit``).
 
-    On PostgreSQL one statement appends them all (``messages_append_cte``): its own database
-    transaction for one message outside a caller's transaction, else inside a savepoint.
-    Elsewhere, one ``message_put``-like append per message in one database transaction.
+    On PostgreSQL one statement appends them all (``messages_append_cte``, all or none): its
+    own database transaction outside a caller's transaction (no BEGIN/COMMIT round trips, the
+    queues' counters locked only while it runs), else inside a savepoint. Elsewhere, one
+    ``message_put``-like append per message in one database transaction.
 
     Raises:
         LookupError: a queue does not exist; nothing stored.
@@ -169,7 +170,7 @@ def messages_store(messages: Sequence[Message]) -> None:
         return
     if connection.vendor == "postgresql":
         cte, params = messages_append_cte(messages, name="appended")
-        own = connection.in_atomic_block or len(messages) > 1
+        own = connection.in_atomic_block
         with transaction.atomic() if own else nullcontext(), connection.cursor() as cursor:
             cursor.execute(
                 f"WITH {cte} SELECT msg_id, commit_log_offset, queue_offset FROM appended", params
@@ -292,8 +293,8 @@ def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str,
     The messages of one queue take consecutive offsets in the given order, from one move of
     its counter (``queue_slots_cte``: counters locked in ``(topic, queue_id)`` order);
     ``{name}`` inserts them and returns ``commit_log_offset, queue_offset, msg_id`` per message.
-    A queue that does not exist is not written to (its messages are not returned): the caller
-    checks that every message came back.
+    If a queue does not exist, nothing is written and no message is returned
+    (``queue_slots_cte``).
 
     Returns:
         (SQL of the CTEs ``{name}_items``, ``{name}_counts``, ``{name}_locked``,
@@ -356,7 +357,9 @@ def queue_slots_cte(*, name: str, counts: str) -> str:
     queue_id, n``) in ``(topic, queue_id)`` order, the order every writer of several queues
     takes them in, so two statements never deadlock on them; ``{name}_slot`` moves each by
     ``n`` and returns ``topic, queue_id, base``: the queue's first offset reserved (``base``
-    to ``base + n - 1``). A queue without a counter row is neither locked nor returned.
+    to ``base + n - 1``). All or none: when a queue of ``counts`` has no counter row, no
+    counter moves and ``{name}_slot`` is empty, so a statement writes nothing rather than part
+    of its rows, and may run as its own database transaction whatever its size.
 
     As with ``queue_offset_next``, the counters stay locked until the database transaction
     ends, which keeps offsets gap-free and committed offsets a contiguous prefix.
@@ -367,6 +370,7 @@ def queue_slots_cte(*, name: str, counts: str) -> str:
         "ORDER BY q.topic, q.queue_id FOR UPDATE OF q), "
         f"{name}_slot AS (UPDATE broker_consumequeue q SET max_offset = q.max_offset + l.n "
         f"FROM {name}_locked l WHERE q.topic = l.topic AND q.queue_id = l.queue_id "
+        f"AND (SELECT count(*) FROM {name}_locked) = (SELECT count(*) FROM {counts}) "
         "RETURNING q.topic, q.queue_id, q.max_offset - l.n AS base)"
     )
 
@@ -431,8 +435,8 @@ def message_deliver_cte(
 
     The copies to one queue take consecutive offsets, in transaction id order, from one move of
     its counter (``queue_slots_cte``). A counter moves only by the copies written to its queue
-    (a half message that does not exist is not counted and not copied; a queue that does not
-    exist is not written to): the statement may run as its own database transaction and
+    (a half message that does not exist is not counted and not copied; if a queue does not
+    exist, nothing is copied): the statement may run as its own database transaction and
     leaves no gap in any queue. ``{name}`` returns ``commit_log_offset, queue_offset,
     prepared_transaction_offset`` per copy; a second delivery of the same half message fails
     the statement with IntegrityError.

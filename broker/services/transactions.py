@@ -212,11 +212,11 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
     transaction rows, and announce each ``prepared`` once the database transaction commits.
     Sets each transaction's ``half_queue_offset`` and ``half_commit_log_offset``.
 
-    On PostgreSQL one statement stores them all (``_store_postgresql``): one half message or a
-    batch of them; its own database transaction when there is one plan and no caller's
-    transaction (no BEGIN/COMMIT round trips), else a savepoint. Elsewhere, or when a half queue
-    does not exist yet (``message_put`` creates it), one database transaction of a
-    ``message_put`` and an insert per plan.
+    On PostgreSQL one statement stores them all (``_store_postgresql``, all or none): its own
+    database transaction outside a caller's transaction (no BEGIN/COMMIT round trips; the half
+    queues' counters are locked only while it runs), else inside a savepoint. Elsewhere, or
+    when a half queue does not exist yet (``message_put`` creates it), one database
+    transaction of a ``message_put`` and an insert per plan.
 
     Raises:
         IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.
@@ -225,14 +225,8 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
         return
     stored = False
     if connection.vendor == "postgresql":
-        own = connection.in_atomic_block or len(plans) > 1
-        try:
-            with transaction.atomic() if own else nullcontext():
-                stored = _store_postgresql(plans)
-                if not stored:
-                    raise _HalfQueueMissing  # undo what the statement wrote for the others
-        except _HalfQueueMissing:
-            pass
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            stored = _store_postgresql(plans)
     if not stored:
         with transaction.atomic():
             for half, tx in plans:
@@ -257,15 +251,10 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
         transaction_announce(plan.tx, "prepared")
 
 
-class _HalfQueueMissing(Exception):
-    """A half queue of the plans has no counter row yet (``transactions_store``)."""
-
-
 def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
     """Insert the half messages of ``plans`` (``messages_append_cte``) and their transaction
-    rows, with the half messages' offsets, in one statement. Returns False when a half queue
-    does not exist yet: then the plans of that queue were not written (the caller undoes the
-    others).
+    rows, with the half messages' offsets, in one statement. Returns False, with nothing
+    written, when a half queue does not exist yet.
 
     Raises:
         IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.

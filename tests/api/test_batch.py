@@ -416,3 +416,80 @@ def test_an_end_batch_and_a_single_end_resolve_once(round_):
         assert batch_item["status"] == 409
     assert all(i["status"] == 200 for i in results(answers["batch"], 4)[:3])
     assert Transaction.objects.filter(state="COMMITTED").count() == 3 + (tx.state == "COMMITTED")
+
+
+# --- Batches racing batches ----------------------------------------------------------------------
+
+
+def _race(token: str, jobs: dict[str, Any]) -> dict[str, Any]:
+    """Run each job (a call taking a client) at once in its own thread; their answers."""
+    start = threading.Barrier(len(jobs))
+    answers: dict[str, Any] = {}
+
+    def run(name: str, call: Any) -> None:
+        try:
+            start.wait()
+            answers[name] = call(client_for(token))
+        except BaseException as exc:  # noqa: BLE001 - asserted by the caller
+            answers[name] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=item) for item in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("round_", range(3))
+def test_two_batches_of_the_same_msg_ids_store_each_once(round_):
+    """The second batch's set-based insert meets the first's msg_ids (a unique violation):
+    it answers them item by item, as stored already."""
+    topic_create(name="TranTest", queue_nums=2)
+    producer_group_create(name="G", check_url=None)
+    _, token = access_key_create(name="racer", producer_groups=["G"])
+    items = [half(msg_id=f"RACE-{round_}-{n}") for n in range(16)]
+
+    answers = _race(
+        token, {name: lambda c: post(c, TX_BATCH, {"messages": items}) for name in "ab"}
+    )
+
+    statuses = [[r["status"] for r in results(answers[name], 16)] for name in "ab"]
+    for n in range(16):  # one batch stored it (201), the other found it stored (200)
+        assert sorted(s[n] for s in statuses) == [200, 201]
+    assert Transaction.objects.count() == 16
+    assert half_messages() == 16
+    for queue in set(Transaction.objects.values_list("half_queue_id", flat=True)):
+        offsets = Transaction.objects.filter(half_queue_id=queue).values_list(
+            "half_queue_offset", flat=True
+        )
+        assert sorted(offsets) == list(range(len(offsets)))  # gap-free
+
+
+@pytest.mark.django_db(transaction=True)
+def test_end_batches_over_the_same_transactions_in_opposite_orders_do_not_deadlock():
+    """Rows are locked in id order and counters in (topic, queue) order whatever the items'
+    order: two end batches of the same transactions, listed in opposite orders, both answer,
+    each transaction resolved once."""
+    topic_create(name="TranTest", queue_nums=4)
+    producer_group_create(name="G", check_url=None)
+    _, token = access_key_create(name="racer", producer_groups=["G"])
+    txs = [prepare() for _ in range(24)]
+    forward = [{"transaction_id": t.pk, "producer_group": "G", "action": "commit"} for t in txs]
+    backward = list(reversed(forward))
+
+    answers = _race(
+        token,
+        {
+            "forward": lambda c: post(c, END_BATCH, {"ends": forward}),
+            "backward": lambda c: post(c, END_BATCH, {"ends": backward}),
+        },
+    )
+
+    for name in ("forward", "backward"):
+        assert {r["status"] for r in results(answers[name], 24)} == {200}
+    assert Resolution.objects.count() == 24
+    assert Message.objects.filter(topic="TranTest").count() == 24

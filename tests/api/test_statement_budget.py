@@ -26,7 +26,7 @@ from broker.lookups import access_key_generation_refresh
 from broker.models import ConsumeQueue, Message, Resolution, Transaction, TransactionEvent
 from broker.rules.states import TransactionState
 from broker.services.transactions import transaction_end
-from tests.api_helpers import end, send_half
+from tests.api_helpers import end, post, send_half
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -179,3 +179,50 @@ def test_unknown_is_one_read(warm) -> None:
     assert response.status_code == 200, response.content
     assert response.json() == {"transaction_id": tid, "state": TransactionState.PREPARED}
     _assert_budget("POST /transactions/{id}/end unknown", statements, 1)
+
+
+# --- Batches: a statement per batch, not per item ------------------------------------------------
+
+BATCH_SIZE = 32
+PREPARE_BATCH_BUDGET = 2  # which msg_ids are stored already; then all halves in one statement
+END_BATCH_BUDGET = 1  # every commit in one statement
+MESSAGE_BATCH_BUDGET = 1
+
+
+def _batch_halves() -> list[dict[str, Any]]:
+    return [{"producer_group": "G", "topic": "TranTest", "body": "paid"} for _ in range(BATCH_SIZE)]
+
+
+def test_a_batch_of_half_messages_and_its_end_batch_are_within_budget(warm) -> None:
+    response, statements = _statements(
+        lambda: post(warm, "/api/v1/transactions/batch", {"messages": _batch_halves()})
+    )
+    assert response.status_code == 200, response.content
+    assert {r["status"] for r in response.json()["results"]} == {201}
+    _assert_budget("POST /transactions/batch", statements, PREPARE_BATCH_BUDGET)
+    ids = [r["body"]["transaction_id"] for r in response.json()["results"]]
+    ends = [{"transaction_id": i, "producer_group": "G", "action": "commit"} for i in ids]
+
+    response, statements = _statements(
+        lambda: post(warm, "/api/v1/transactions/end-batch", {"ends": ends})
+    )
+
+    assert response.status_code == 200, response.content
+    assert {r["body"]["state"] for r in response.json()["results"]} == {"COMMITTED"}
+    _assert_budget("POST /transactions/end-batch", statements, END_BATCH_BUDGET)
+    assert Message.objects.filter(topic="TranTest", msg_id__in=ids).count() == BATCH_SIZE
+    for queue in ConsumeQueue.objects.filter(topic="TranTest"):  # gap-free, every queue
+        offsets = Message.objects.filter(topic="TranTest", queue_id=queue.queue_id)
+        assert sorted(offsets.values_list("queue_offset", flat=True)) == list(
+            range(queue.max_offset)
+        )
+
+
+def test_a_batch_of_normal_messages_is_within_budget(warm) -> None:
+    items = [{"topic": "TranTest", "body": f"m{i}"} for i in range(BATCH_SIZE)]
+    response, statements = _statements(
+        lambda: post(warm, "/api/v1/messages/batch", {"messages": items})
+    )
+    assert response.status_code == 200, response.content
+    assert {r["status"] for r in response.json()["results"]} == {201}
+    _assert_budget("POST /messages/batch", statements, MESSAGE_BATCH_BUDGET)

@@ -1,5 +1,5 @@
-"""Real broker processes for the end-to-end tests: uvicorn (ASGI: HTTP and websockets), a Celery
-worker and Celery beat, each in its own process group with its own log file, on a database and
+"""Real broker processes for the end-to-end tests: web servers (``python -m halfmoon.web``: uvicorn,
+ASGI, HTTP and websockets), a Celery worker and Celery beat, each in its own process group with its own log file, on a database and
 a Redis database of the test's own.
 
 - ``broker_env``: the environment of those processes (production settings, ``DATABASE_URL``,
@@ -147,15 +147,30 @@ class Stack:
                 start_new_session=True,
             )
 
-    def start_broker(self, port: int, *, web_workers: int = 2) -> str:
-        """Start the quick start's processes (deploy/supervisord.conf) directly: ``web`` (uvicorn serving ``halfmoon.asgi`` on
-        ``port`` with ``web_workers`` workers), ``worker`` (Celery, prefork, 2 processes) and
-        ``beat``; wait until ``/healthz`` answers and the worker is ready. Returns the base URL."""
+    def start_web(self, port: int, processes: int = 1) -> str:
+        """Start ``processes`` web servers as deploy/supervisord.conf does (``python -m
+        halfmoon.web``, each its own socket on ``port``): ``web``, ``web2``, ...; wait until
+        ``/healthz`` answers. Returns the base URL."""
         url = f"http://127.0.0.1:{port}"
-        self.start(
-            "web", "-m", "uvicorn", "halfmoon.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", str(web_workers),
-        )  # fmt: skip
+        for n in range(1, processes + 1):
+            name = "web" if n == 1 else f"web{n}"
+            self.start(name, "-m", "halfmoon.web", "--host", "127.0.0.1", "--port", str(port))
+        self.wait_until(f"{url}/healthz", lambda: healthy(url))
+        return url
+
+    def web_logs(self) -> str:
+        """The logs of every web process started (``start_web``), one after the other."""
+        return "\n".join(
+            log.read_text(errors="replace")
+            for name, log in self.logs.items()
+            if name == "web" or (name.startswith("web") and name[3:].isdigit())
+        )
+
+    def start_broker(self, port: int, *, web_workers: int = 2) -> str:
+        """Start the quick start's processes (deploy/supervisord.conf) directly: ``web_workers``
+        web servers on ``port`` (``start_web``), ``worker`` (Celery, prefork, 2 processes) and
+        ``beat``; wait until ``/healthz`` answers and the worker is ready. Returns the base URL."""
+        url = self.start_web(port, web_workers)
         self.start(
             "worker", "-m", "celery", "-A", "tasks", "worker", "--concurrency", "2",
             "--pool", "prefork", "-l", "info",
@@ -164,7 +179,6 @@ class Stack:
             "beat", "-m", "celery", "-A", "tasks", "beat", "-l", "info",
             "-s", str(self.tmp / "celerybeat-schedule"),
         )  # fmt: skip
-        self.wait_until(f"{url}/healthz", lambda: healthy(url))
         self.wait_until(
             "the Celery worker",
             lambda: " ready." in self.logs["worker"].read_text(errors="replace"),
@@ -221,7 +235,7 @@ def program_of(cmdline: list[str]) -> str | None:
     ``pipeline``), or None. Only the program itself counts (``python .venv/bin/celery ...`` or
     ``.venv/bin/celery ...``), not a shell that starts it."""
     head = [Path(arg).name for arg in cmdline[:2]]
-    if "uvicorn" in head:
+    if cmdline[1:3] == ["-m", "halfmoon.web"]:
         return "web"
     if "celery" not in head:
         return None
@@ -234,13 +248,15 @@ def program_of(cmdline: list[str]) -> str | None:
 
 def main_processes(root: psutil.Process) -> dict[str, psutil.Process]:
     """Each program's main process among ``root``'s descendants: the one whose parent does not
-    run the same program (a Celery pool child's or a uvicorn worker's parent does)."""
+    run the same program (a Celery pool child's parent does). Of several web processes, the
+    one with the lowest pid."""
     found: dict[str, psutil.Process] = {}
     for proc in root.children(recursive=True):
         with suppress(psutil.Error):
             name = program_of(proc.cmdline())
             parent = proc.parent()
-            if name and (parent is None or program_of(parent.cmdline()) != name):
+            main = name and (parent is None or program_of(parent.cmdline()) != name)
+            if main and (name not in found or proc.pid < found[name].pid):
                 found[name] = proc
     return found
 

@@ -34,7 +34,7 @@ PIECE = 64 * 1024
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """uvicorn serving ``halfmoon.asgi:application`` on a free port, with topic TranTest and
+    """One web server (``python -m halfmoon.web``: uvicorn serving ``halfmoon.asgi``) on a free port, with topic TranTest and
     producer group G; yields (base URL, admin token)."""
     tmp = tmp_path_factory.mktemp("body_limit")
     with redis.Redis.from_url(REDIS_URL) as r:
@@ -43,15 +43,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
         env = broker_env(database_url=database_url, redis_url=REDIS_URL, var_dir=tmp / "var")
         manage(env, "migrate", "--noinput", "-v", "0")
         token = manage(env, "create_access_key", "e2e-admin", "--admin").strip().splitlines()[-1]
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
         stack = Stack(env, tmp)
-        stack.start(
-            "web", "-m", "uvicorn", "halfmoon.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        )  # fmt: skip
         try:
-            stack.wait_until(f"{url}/healthz", lambda: healthy(url))
+            url = stack.start_web(free_port())  # one process: python -m halfmoon.web
             auth = {"Authorization": f"Bearer {token}"}
             for path, body in [
                 ("/api/v1/topics", {"name": "TranTest", "queue_nums": 4}),

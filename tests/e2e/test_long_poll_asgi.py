@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.processes import Stack, broker_env, free_port, healthy, manage, pg_database
+from tests.e2e.processes import Stack, broker_env, free_port, manage, pg_database
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ SLACK_S = 2.0  # "never past wait_ms", with room for a loaded shared machine
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Stack]]:
-    """uvicorn (one worker) serving ``halfmoon.asgi:application``, with topics TranTest and
+    """One web server (``python -m halfmoon.web``: uvicorn serving ``halfmoon.asgi``), with topics TranTest and
     Idle, producer group G and consumer groups C and I; yields (base URL, admin token, stack)."""
     tmp = tmp_path_factory.mktemp("long_poll")
     with redis.Redis.from_url(REDIS_URL) as r:
@@ -47,15 +47,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
         env = broker_env(database_url=database_url, redis_url=REDIS_URL, var_dir=tmp / "var")
         manage(env, "migrate", "--noinput", "-v", "0")
         token = manage(env, "create_access_key", "e2e-admin", "--admin").strip().splitlines()[-1]
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
         stack = Stack(env, tmp)
-        stack.start(
-            "web", "-m", "uvicorn", "halfmoon.asgi:application",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-        )  # fmt: skip
         try:
-            stack.wait_until(f"{url}/healthz", lambda: healthy(url))
+            url = stack.start_web(free_port())  # one process: python -m halfmoon.web
             auth = {"Authorization": f"Bearer {token}"}
             for path, body in [
                 ("/api/v1/topics", {"name": "TranTest", "queue_nums": 4}),
@@ -84,7 +78,7 @@ def test_hundreds_of_waiting_receives_are_woken_by_a_commit_and_never_wait_past_
     broker,
 ) -> None:
     url, token, stack = broker
-    web_pid = stack.procs["web"].pid  # uvicorn --workers 1: the app runs in this process
+    web_pid = stack.procs["web"].pid  # one web process: the app runs in it
 
     async def scenario() -> tuple[list, list, list[int], int]:
         limits = httpx.Limits(max_connections=WAITERS + 20)

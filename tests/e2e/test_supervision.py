@@ -56,6 +56,7 @@ CELERY = str(Path(sys.executable).parent / "celery")
 STARTUP_TIMEOUT_S = 180  # bin/run migrates a fresh database first
 COME_BACK_TIMEOUT_S = 60
 PROGRAMS = ("web", "worker", "beat", "pipeline")
+LOGS = {"web": "web_0.log"}  # supervisord's web:web_0 (WEB_CONCURRENCY=1 below)
 CHECK_SETTINGS = {
     "HALFMOON_TRANSACTION_TIMEOUT_MS": "1000",
     "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": "1000",
@@ -128,7 +129,9 @@ def test_worker_and_beat_killed_come_back_while_web_answers(tmp_path: Path) -> N
 
         def report() -> str:
             logs = [f"----- bin/run (exit {run.poll()})\n{tail(run_log)}"]
-            logs += [f"----- {p}\n{tail(var / 'log' / f'{p}.log', 20)}" for p in PROGRAMS]
+            logs += [
+                f"----- {p}\n{tail(var / 'log' / LOGS.get(p, f'{p}.log'), 20)}" for p in PROGRAMS
+            ]
             return "\n".join(logs)
 
         def wait_until(what: str, predicate: Callable[[], bool], timeout_s: float) -> None:
