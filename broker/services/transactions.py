@@ -261,12 +261,12 @@ def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
     """
     cte, params = messages_append_cte([plan.half for plan in plans], name="half")
     fields = [f for f in Transaction._meta.concrete_fields if f.attname not in _HALF_OFFSET_COLUMNS]
-    columns = [connection.ops.quote_name(f.column) for f in fields]
     items, item_params = rows_cte(
         "tx_items",
-        [(column, f.db_type(connection)) for column, f in zip(columns, fields, strict=True)],
-        [[f.get_db_prep_save(getattr(p.tx, f.attname), connection) for f in fields] for p in plans],
+        [(f.column, f.db_type(connection)) for f in fields],
+        [[getattr(p.tx, f.attname) for f in fields] for p in plans],
     )
+    columns = [connection.ops.quote_name(f.column) for f in fields]
     params += item_params
     offsets = ", ".join(f"half.{source}" for source in _HALF_OFFSET_COLUMNS.values())
     sql = (
