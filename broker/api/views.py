@@ -38,6 +38,7 @@ ERRORS = {
     400: _error("invalid input"),
     401: _error("missing or bad access key"),
     403: _error("not allowed for this access key"),
+    406: _error("the Accept header excludes application/json, the only type answered"),
     503: _error("the database is unreachable; try again after Retry-After seconds"),
 }
 _EXTRA_ERRORS = {
@@ -48,7 +49,7 @@ _EXTRA_ERRORS = {
 
 
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    """The errors every operation may answer (``ERRORS``: 400, 401, 403, 503) plus ``codes``
+    """The errors every operation may answer (``ERRORS``: 400, 401, 403, 406, 503) plus ``codes``
     (404, 409, 413), each with the contract's error body. An operation that reads a JSON body
     lists 413: every body passes the parser's size limit (``LimitedJSONParser``)."""
     return {**ERRORS, **{c: _EXTRA_ERRORS[c] for c in codes}}
