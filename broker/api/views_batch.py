@@ -4,7 +4,7 @@
 Each view validates the envelope (400, and ``batch_size_check``: 400 ``batch_empty`` or
 ``batch_too_large``, nothing stored; 413 above the body limit, ``LimitedJSONParser``), then
 each item as the single endpoint does (its serializer, then its permission check), calls one
-service of ``broker.services.batch`` (one database transaction) and answers 200
+service of ``broker.services.batch`` (set-based: one statement for the batch) and answers 200
 ``{"results": [...]}``: per item ``{"status": 201|200, "body": {...}}`` with the single
 endpoint's status and body, or ``{"status": 4xx, "error": {...}}`` with the single endpoint's
 error status and error object (``broker.api.exceptions``), for that item alone.
@@ -162,7 +162,7 @@ def _results(
 
 
 _DESCRIPTION = (
-    "One database transaction for the batch; at most HALFMOON_BATCH_MAX_MESSAGES items "
+    "Written by one statement for the whole batch; at most HALFMOON_BATCH_MAX_MESSAGES items "
     "(default 128; more is 400 `batch_too_large`, none 400 `batch_empty`, nothing stored) and "
     "at most the request body limit (413 `request_too_large`, nothing stored). 200 "
     '`{"results": [...]}`, one per item in order: `{"status", "body"}` with the single '
@@ -210,7 +210,9 @@ class TransactionEndBatchView(APIView):
         summary="End transactions in one batch: commit, rollback or unknown",
         description=f"{_DESCRIPTION} Each item is what `POST /transactions/{{id}}/end` answers "
         "for it: 200 with the transaction's state, 404 unknown id, 403 another producer "
-        "group's, 409 `transaction_already_resolved`. Transactions are locked in id order.",
+        "group's, 409 `transaction_already_resolved`. The commits and rollbacks of PREPARED "
+        "transactions are written together (rows locked in id order); the other items are "
+        "then answered as single ends, in order.",
     )
     def post(self, request: Request) -> Response:
         def check(data: dict[str, Any]) -> None:
