@@ -22,7 +22,7 @@ HTTP request to one of two Django handlers of the same project:
   requests per process hold a database connection at once.
 
 Before either handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
-bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``) and, when the client sent it chunked, its
+bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the client sent it chunked, its
 length is stated in a ``Content-Length`` header: Django's WSGI request reads no body without one,
 and DRF decides from it whether there is a body at all.
 """
@@ -32,9 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import io
+import tempfile
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import IO, Any
 
 from a2wsgi.wsgi import build_environ
 from django.conf import settings
@@ -49,18 +50,23 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-async def body_read(receive: Receive) -> bytes | None:
+async def body_read(receive: Receive) -> tempfile.SpooledTemporaryFile | None:
     """The whole request body, from ``http.request`` messages until one without
-    ``more_body``; None when the client disconnected first (or the body limit in front refused
-    the body: it then hands on ``http.disconnect``)."""
-    chunks: list[bytes] = []
+    ``more_body``, in a file positioned at its start: in memory up to
+    ``FILE_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB), on disk past it, as Django's ASGI handler spools
+    it, so a thousand slow uploads do not hold a thousand bodies in memory. None when the
+    client disconnected first (or the body limit in front refused the body: it then hands on
+    ``http.disconnect``)."""
+    body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE)  # noqa: SIM115 - the caller closes it
     while True:
         message = await receive()
         if message["type"] != "http.request":
+            body.close()
             return None
-        chunks.append(message.get("body", b""))
+        body.write(message.get("body", b""))
         if not message.get("more_body", False):
-            return b"".join(chunks)
+            body.seek(0)
+            return body
 
 
 def body_replay(body: bytes, receive: Receive) -> Receive:
@@ -94,7 +100,7 @@ class BufferedWSGI:
     a2wsgi's ``WSGIMiddleware`` hands every body read and every response message across
     threads (``run_coroutine_threadsafe``, five hops for a small JSON answer); measured under
     load that was a fifth of a web worker's CPU. Here the WSGI environ is a2wsgi's
-    (``build_environ``, PEP 3333) with the body in memory, the application runs to the end of
+    (``build_environ``, PEP 3333) with the body read before (``body_read``), the application runs to the end of
     its response in one thread, and one hop brings status, headers and body back. Every
     response of this project is small and none streams (static files are served before it), so
     nothing is lost by not streaming.
@@ -108,17 +114,17 @@ class BufferedWSGI:
         self.app = app
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one HTTP request; ``receive`` hands out the whole body in its first message
-        (``body_replay``)."""
-        message = await receive()
-        environ = build_environ(scope, io.BytesIO(message.get("body", b"")))  # type: ignore[arg-type]
+    async def respond(self, scope: Scope, body: IO[bytes], send: Send) -> None:
+        """Serve one HTTP request whose whole body is ``body`` (a file at its start, its
+        length stated in ``scope``'s headers): the application runs in a pool thread, then
+        its answer goes out in two messages."""
+        environ = build_environ(scope, body)  # type: ignore[arg-type]
         call = contextvars.copy_context().run
-        status, headers, body = await asyncio.get_running_loop().run_in_executor(
+        status, headers, content = await asyncio.get_running_loop().run_in_executor(
             self.executor, call, self._respond, environ
         )
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send({"type": "http.response.body", "body": content, "more_body": False})
 
     def _respond(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Run the application in this (pool) thread: (status code, ASGI headers, body)."""
@@ -170,6 +176,10 @@ class HTTPSplit:
         body = await body_read(receive)
         if body is None:
             return  # gone, or refused by the body limit (which answered 413)
-        scope = with_content_length(scope, len(body))
-        app = self.asgi_app if is_long_poll(scope["path"]) else self.wsgi_app
-        await app(scope, body_replay(body, receive), send)
+        with body:
+            scope = with_content_length(scope, body.seek(0, io.SEEK_END))
+            body.seek(0)
+            if is_long_poll(scope["path"]):
+                await self.asgi_app(scope, body_replay(body.read(), receive), send)
+            else:
+                await self.wsgi_app.respond(scope, body, send)

@@ -5,6 +5,7 @@ and a chunked body's length stated."""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 from typing import Any
@@ -124,6 +125,26 @@ def test_a_long_poll_goes_to_the_asgi_handler():
     assert sent[-1]["body"] == b'{"topic":"T"}'
 
 
+def test_a_large_body_is_spooled_to_disk_not_held_in_memory(settings):
+    """Past FILE_UPLOAD_MAX_MEMORY_SIZE the body waits for its thread in a file, as Django's
+    ASGI handler spools it; the application still reads all of it."""
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000
+    seen: dict[str, Any] = {}
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        stream = environ["wsgi.input"]
+        seen["on_disk"] = getattr(stream, "_rolled", None)
+        seen["body"] = stream.read()
+        start_response("200 OK", [])
+        return [b""]
+
+    split = HTTPSplit(RecordingASGI(), wsgi_app=app, threads=1)
+
+    serve(split, scope("/x"), [b"y" * 700, b"z" * 700])
+
+    assert seen == {"on_disk": True, "body": b"y" * 700 + b"z" * 700}
+
+
 def test_a_chunked_body_gets_its_length_and_an_empty_one_none():
     wsgi = EchoWSGI()
     split = HTTPSplit(RecordingASGI(), wsgi_app=wsgi, threads=1)
@@ -142,15 +163,10 @@ def test_no_more_requests_than_threads_run_at_once():
     buffered = BufferedWSGI(wsgi, threads=2)
 
     async def one() -> None:
-        replayed = [{"type": "http.request", "body": b"x", "more_body": False}]
-
-        async def receive() -> dict[str, Any]:
-            return replayed.pop()
-
         async def send(message: dict[str, Any]) -> None:
             pass
 
-        await buffered(scope("/x"), receive, send)
+        await buffered.respond(scope("/x", {"content-length": "1"}), io.BytesIO(b"x"), send)
 
     async def many() -> None:
         await asyncio.gather(*(one() for _ in range(8)))
