@@ -178,7 +178,7 @@ def test_the_schema_documents_both_paths(anonymous):
     for path in ("/api/v1/reconciliation/runs/latest", "/api/v1/reconciliation/runs/{run_id}"):
         operation = paths[path]["get"]
         assert set(paths[path]) - {"parameters"} == {"get"}
-        assert {"200", "400", "401", "403", "404", "503"} == set(operation["responses"])
+        assert {"200", "400", "401", "403", "404", "406", "503"} == set(operation["responses"])
         assert {p["name"] for p in operation["parameters"] if p["in"] == "query"} == {
             "kind",
             "limit",
