@@ -796,12 +796,12 @@ def verify_halfmoon(
     Args:
         counted_commits: commits the load generator saw answered (warmup included).
         connections: wrk connections; a commit in flight when wrk stops is done by the server
-            but not counted, so up to ``in_flight`` (default 2 per connection) more may be
-            COMMITTED than counted.
+            but not counted, so up to ``in_flight`` (default 2 per connection: one per wrk
+            run, the warmup's and the measured one) more may be COMMITTED than counted.
         topic: the real topic of the transactions checked (BenchTopic, or BenchBatchTopic for
             the batch phase).
         in_flight: how many more commits than counted are allowed (a batch phase: one
-            end-batch per connection).
+            end-batch per connection per wrk run).
 
     Returns:
         True when COMMITTED transactions, delivered messages, their distinct msg_ids and the
@@ -1002,7 +1002,7 @@ def measure_halfmoon(
             batch_warm.committed + batch_result.committed,
             args.connections,
             topic=BATCH_TOPIC,
-            in_flight=args.connections * args.batch_size,
+            in_flight=2 * args.connections * args.batch_size,  # warmup and measured runs
         )
     if inprocess:
         run_inprocess("halfmoon", env, token, args.inprocess)
