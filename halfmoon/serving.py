@@ -22,9 +22,9 @@ HTTP request to one of two Django handlers of the same project:
   requests per process hold a database connection at once.
 
 Before either handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
-bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the client sent it chunked, its
-length is stated in a ``Content-Length`` header: Django's WSGI request reads no body without one,
-and DRF decides from it whether there is a body at all.
+bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the
+client sent it chunked, its length is stated in a ``Content-Length`` header: Django's WSGI
+request reads no body without one, and DRF decides from it whether there is a body at all.
 """
 
 from __future__ import annotations
