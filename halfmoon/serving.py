@@ -32,7 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import io
+import json
+import logging
 import tempfile
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
@@ -42,6 +45,9 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 
 from halfmoon.body_limit import declared_content_length, is_long_poll
+from halfmoon.request_id import REQUEST_ID_HEADER
+
+logger = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -169,10 +175,40 @@ class HTTPSplit:
         self.wsgi_app = BufferedWSGI(wsgi_app or WSGIHandler(), threads=self.threads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one HTTP request; other scopes (lifespan) go to the ASGI handler."""
+        """Serve one HTTP request; other scopes (lifespan) go to the ASGI handler.
+
+        Django's handlers answer every error of a view or a middleware themselves (500 with
+        ``details.request_id``, logged on ``django.request``). An error here, around them
+        (the body's spooling, the environ, headers that do not encode), would reach the
+        server, whose own 500 is plain text that no log line names: it is logged with its
+        traceback and a request id on ``halfmoon.serving`` and answered with the contract's
+        500 body carrying that id, unless the answer had already started."""
         if scope["type"] != "http":
             await self.asgi_app(scope, receive, send)
             return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, tracked)
+        except Exception:
+            rid = uuid.uuid4().hex
+            logger.exception(
+                "request_id=%s %s %s failed outside Django's handlers",
+                rid,
+                scope.get("method"),
+                scope.get("path"),
+            )
+            if started:
+                raise
+            await send_server_error(send, rid)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Read the body, then hand the request to the handler its path takes."""
         body = await body_read(receive)
         if body is None:
             return  # gone, or refused by the body limit (which answered 413)
@@ -183,3 +219,24 @@ class HTTPSplit:
                 await self.asgi_app(scope, body_replay(body.read(), receive), send)
             else:
                 await self.wsgi_app.respond(scope, body, send)
+
+
+async def send_server_error(send: Send, rid: str) -> None:
+    """Answer 500 with the contract's error body (``broker.api.exceptions.error_body``'s
+    shape: ``internal_error``, ``details.request_id``) and the ``X-Request-ID`` header."""
+    from broker.api.exceptions import error_body  # the API's module: after Django's set-up
+
+    content = json.dumps(
+        error_body(
+            "internal_error",
+            "The broker failed to handle this request; it has been logged with its request id.",
+            {"request_id": rid},
+        )
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(content)),
+        (REQUEST_ID_HEADER.lower().encode(), rid.encode()),
+    ]
+    await send({"type": "http.response.start", "status": 500, "headers": headers})
+    await send({"type": "http.response.body", "body": content, "more_body": False})

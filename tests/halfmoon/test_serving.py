@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import logging
 import threading
 import time
 from typing import Any
@@ -174,3 +176,30 @@ def test_no_more_requests_than_threads_run_at_once():
     async_to_sync(many)()
 
     assert wsgi.most_inside == 2
+
+
+def test_an_error_around_django_is_the_contracts_500_with_a_logged_request_id(caplog):
+    """A failure outside Django's handlers (here a response header that does not encode as
+    HTTP headers must) is answered with the contract's JSON 500, whose request id names the
+    logged traceback, never the server's plain-text 500."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [("X-Name", "caf\u00e9 \u2615")])
+        return [b"ok"]
+
+    split = HTTPSplit(RecordingASGI(), wsgi_app=app, threads=1)
+
+    with caplog.at_level(logging.ERROR, logger="halfmoon.serving"):
+        sent = serve(split, scope("/api/v1/topics"), [b""])
+
+    start, body = sent
+    assert start["status"] == 500
+    headers = dict(start["headers"])
+    assert headers[b"content-type"] == b"application/json"
+    answer = json.loads(body["body"])["error"]
+    assert answer["code"] == "internal_error"
+    rid = answer["details"]["request_id"]
+    assert headers[b"x-request-id"] == rid.encode()
+    (record,) = [r for r in caplog.records if r.name == "halfmoon.serving"]
+    assert f"request_id={rid}" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is UnicodeEncodeError
