@@ -222,17 +222,11 @@ class HTTPSplit:
 
 
 async def send_server_error(send: Send, rid: str) -> None:
-    """Answer 500 with the contract's error body (``broker.api.exceptions.error_body``'s
-    shape: ``internal_error``, ``details.request_id``) and the ``X-Request-ID`` header."""
-    from broker.api.exceptions import error_body  # the API's module: after Django's set-up
+    """Answer 500 with the contract's error body (``broker.api.exceptions.internal_error_body``:
+    ``internal_error``, ``details.request_id``) and the ``X-Request-ID`` header."""
+    from broker.api.exceptions import internal_error_body  # the API's module: after set-up
 
-    content = json.dumps(
-        error_body(
-            "internal_error",
-            "The broker failed to handle this request; it has been logged with its request id.",
-            {"request_id": rid},
-        )
-    ).encode()
+    content = json.dumps(internal_error_body(rid)).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(content)),

@@ -165,14 +165,16 @@ def server_error_view(request: HttpRequest) -> JsonResponse:
         body, headers = database_unavailable(request, exc)
         return JsonResponse(body, status=503, headers=headers)
     rid = request_id(request)
-    return JsonResponse(
-        error_body(
-            "internal_error",
-            "The broker failed to handle this request; it has been logged with its request id.",
-            {"request_id": rid},
-        ),
-        status=500,
-        headers={REQUEST_ID_HEADER: rid},
+    return JsonResponse(internal_error_body(rid), status=500, headers={REQUEST_ID_HEADER: rid})
+
+
+def internal_error_body(rid: str) -> dict[str, Any]:
+    """The contract's body of an unexpected error (500 ``internal_error``), naming the request
+    id ``rid`` its logged traceback carries (``halfmoon.request_id``)."""
+    return error_body(
+        "internal_error",
+        "The broker failed to handle this request; it has been logged with its request id.",
+        {"request_id": rid},
     )
 
 
