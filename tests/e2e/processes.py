@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -56,16 +57,23 @@ CHROMIUM_ARGS = [
 ]
 
 
+# The ports this process handed out last: a caller that takes several before it starts any
+# server on them (bench/chaos.py: a PostgreSQL, a Redis and the broker) must get distinct ones.
+_HANDED_OUT: deque[int] = deque(maxlen=8)
+
+
 def free_port() -> int:
-    """A port of 18000-18049 nobody listens on (tried in random order, so parallel runs
-    rarely pick the same one)."""
-    for port in random.sample(list(PORTS), len(PORTS)):
+    """A port of 18000-18049 nobody listens on and not among the last 8 this process handed
+    out (tried in random order, so parallel runs rarely pick the same one)."""
+    candidates = [port for port in PORTS if port not in _HANDED_OUT]
+    for port in random.sample(candidates, len(candidates)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _HANDED_OUT.append(port)
+        return port
     raise RuntimeError("no free port in 18000-18049")
 
 
