@@ -10,6 +10,7 @@ locked (``broker.services.transactions.transaction_get_locked``).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -247,11 +248,14 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
     resolved = {}
     for row in rows:
         tx = Transaction.from_db(connection.alias, attnames, row)
-        if tx.state == TransactionState.COMMITTED:
-            message_visible_on_commit(tx.topic)
         op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
         transaction_announce(tx, "resolved")
         resolved[tx.transaction_id] = tx
+    # One wake-up per real topic, however many of the batch's commits went to it.
+    for topic in sorted(
+        {tx.topic for tx in resolved.values() if tx.state == TransactionState.COMMITTED}
+    ):
+        message_visible_on_commit(topic)
     return resolved
 
 
@@ -321,27 +325,20 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
     )
     ctes.append(cte)
     params += cte_params
-    names, values = [], []
-    for f in Resolution._meta.concrete_fields:
-        if f.primary_key:
-            continue
-        names.append(connection.ops.quote_name(f.column))
-        if f.attname in _RESOLUTION_FROM_GATE:
-            values.append(f"g.{_RESOLUTION_FROM_GATE[f.attname]}")
-        elif f.attname == "resolved_timestamp":
-            values.append("%s")
-            params.append(now)
-        else:
-            values.append("%s")
-            params.append(f.get_db_prep_save(f.get_default(), connection))
+    names, values, parameter_fields, columns = _resolve_prepared_columns()
+    params += [
+        now
+        if f.attname == "resolved_timestamp"
+        else f.get_db_prep_save(f.get_default(), connection)
+        for f in parameter_fields
+    ]
     ctes.append(
-        f"resolution AS (INSERT INTO {Resolution._meta.db_table} ({', '.join(names)}) "
-        f"SELECT {', '.join(values)} FROM gate g LEFT JOIN delivered d "
+        f"resolution AS (INSERT INTO {Resolution._meta.db_table} ({names}) "
+        f"SELECT {values} FROM gate g LEFT JOIN delivered d "
         "ON d.prepared_transaction_offset = g.half_commit_log_offset "
         "WHERE g.state <> %s OR d.commit_log_offset IS NOT NULL RETURNING transaction_id)"
     )
     params += [TransactionState.COMMITTED, now]
-    columns = ", ".join(f"t.{f.column}" for f in Transaction._meta.concrete_fields)
     sql = (
         f"WITH {', '.join(ctes)} UPDATE {table} t SET state = g.state, "
         "resolved_by = g.resolved_by, resolved_timestamp = %s, next_check_timestamp = NULL, "
@@ -351,6 +348,26 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
         f"WHERE t.transaction_id = g.transaction_id RETURNING {columns}"
     )
     return sql, params
+
+
+@functools.cache
+def _resolve_prepared_columns() -> tuple[str, str, tuple[Any, ...], str]:
+    """``_resolve_prepared_sql``'s constant parts, worked out once per process: the quoted
+    ``Resolution`` columns written, the values selected for them (a ``gate`` column or a
+    parameter), the fields whose values are parameters (``resolved_timestamp``: now; the
+    others: their defaults), and the ``Transaction`` columns returned."""
+    names, values, parameter_fields = [], [], []
+    for f in Resolution._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        names.append(connection.ops.quote_name(f.column))
+        if f.attname in _RESOLUTION_FROM_GATE:
+            values.append(f"g.{_RESOLUTION_FROM_GATE[f.attname]}")
+        else:
+            values.append("%s")
+            parameter_fields.append(f)
+    columns = ", ".join(f"t.{f.column}" for f in Transaction._meta.concrete_fields)
+    return ", ".join(names), ", ".join(values), tuple(parameter_fields), columns
 
 
 # The Resolution columns that come from the locked transaction row and its item (``gate``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
@@ -301,11 +302,11 @@ def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str,
         (SQL of the CTEs ``{name}_items``, ``{name}_counts``, ``{name}_locked``,
         ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
     """
-    fields = [Message._meta.get_field(column) for column in _COLUMNS]
+    attnames, item_columns = _message_item_columns()
     items, params = rows_cte(
         f"{name}_items",
-        [("ord", "integer"), *((f.column, f.db_type(connection)) for f in fields)],
-        [[n, *(getattr(m, f.attname) for f in fields)] for n, m in enumerate(messages)],
+        item_columns,
+        [[n, *(getattr(m, a) for a in attnames)] for n, m in enumerate(messages)],
     )
     columns = ", ".join(_COLUMNS)
     sql = (
@@ -320,6 +321,24 @@ def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str,
         "ORDER BY i.ord RETURNING commit_log_offset, queue_offset, msg_id)"
     )
     return sql, params
+
+
+@functools.cache
+def _message_item_columns() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The attribute names of ``_COLUMNS`` and the ``rows_cte`` columns of an appended
+    message (``ord`` first), worked out once per process."""
+    fields = [Message._meta.get_field(column) for column in _COLUMNS]
+    return tuple(f.attname for f in fields), (
+        ("ord", "integer"),
+        *((f.column, f.db_type(connection)) for f in fields),
+    )
+
+
+@functools.cache
+def _rows_definition(columns: tuple[tuple[str, str], ...]) -> str:
+    """The column definition list of ``jsonb_to_recordset`` for ``columns`` (name, SQL type),
+    quoted once per process: the statements are the same on every call."""
+    return ", ".join(f"{connection.ops.quote_name(c)} {t}" for c, t in columns)
 
 
 def rows_cte(
@@ -353,7 +372,7 @@ def rows_cte(
         }
         for row in rows
     ]
-    definition = ", ".join(f"{connection.ops.quote_name(c)} {t}" for c, t in columns)
+    definition = _rows_definition(tuple(columns))
     sql = f"{name} AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r({definition}))"
     return sql, [json.dumps(objects)]
 

@@ -8,6 +8,7 @@ the operator actions and the tests import them from.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -260,22 +261,12 @@ def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
         IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.
     """
     cte, params = messages_append_cte([plan.half for plan in plans], name="half")
-    fields = [f for f in Transaction._meta.concrete_fields if f.attname not in _HALF_OFFSET_COLUMNS]
+    attnames, item_columns, insert = _transaction_insert()
     items, item_params = rows_cte(
-        "tx_items",
-        [(f.column, f.db_type(connection)) for f in fields],
-        [[getattr(p.tx, f.attname) for f in fields] for p in plans],
+        "tx_items", item_columns, [[getattr(p.tx, a) for a in attnames] for p in plans]
     )
-    columns = [connection.ops.quote_name(f.column) for f in fields]
     params += item_params
-    offsets = ", ".join(f"half.{source}" for source in _HALF_OFFSET_COLUMNS.values())
-    sql = (
-        f"WITH {cte}, {items} INSERT INTO {Transaction._meta.db_table} "
-        f"({', '.join(columns)}, {', '.join(_HALF_OFFSET_COLUMNS)}) "
-        f"SELECT {', '.join(f't.{c}' for c in columns)}, {offsets} FROM tx_items t "
-        "JOIN half ON half.msg_id = t.transaction_id "
-        f"RETURNING transaction_id, {', '.join(_HALF_OFFSET_COLUMNS)}"
-    )
+    sql = f"WITH {cte}, {items} {insert}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -294,6 +285,28 @@ _HALF_OFFSET_COLUMNS = {
     "half_queue_offset": "queue_offset",
     "half_commit_log_offset": "commit_log_offset",
 }
+
+
+@functools.cache
+def _transaction_insert() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]:
+    """``_store_postgresql``'s constant parts, worked out once per process: the attribute names
+    of the transaction columns sent as ``tx_items``, their ``rows_cte`` columns (name, SQL
+    type), and the final ``INSERT ... SELECT ... RETURNING`` reading ``tx_items`` and ``half``."""
+    fields = [f for f in Transaction._meta.concrete_fields if f.attname not in _HALF_OFFSET_COLUMNS]
+    columns = [connection.ops.quote_name(f.column) for f in fields]
+    offsets = ", ".join(f"half.{source}" for source in _HALF_OFFSET_COLUMNS.values())
+    insert = (
+        f"INSERT INTO {Transaction._meta.db_table} "
+        f"({', '.join(columns)}, {', '.join(_HALF_OFFSET_COLUMNS)}) "
+        f"SELECT {', '.join(f't.{c}' for c in columns)}, {offsets} FROM tx_items t "
+        "JOIN half ON half.msg_id = t.transaction_id "
+        f"RETURNING transaction_id, {', '.join(_HALF_OFFSET_COLUMNS)}"
+    )
+    return (
+        tuple(f.attname for f in fields),
+        tuple((f.column, f.db_type(connection)) for f in fields),
+        insert,
+    )
 
 
 def transaction_prepare_repeat(existing: Transaction, producer_group: str) -> Transaction:

@@ -133,6 +133,19 @@ def test_a_committed_transaction_publishes_one_wakeup_on_its_topic(
     assert wakeups_seen.received() == [topic_channel("TranTest")]
 
 
+def test_an_end_batch_publishes_one_wakeup_per_topic_not_one_per_commit(
+    owner, topic, producer_group, wakeups_seen
+):
+    txs = [send_half(owner).json()["transaction_id"] for _ in range(5)]
+    assert wakeups_seen.received() == []
+
+    ends = [{"transaction_id": tx, "producer_group": "G", "action": "commit"} for tx in txs]
+    response = post(owner, "/api/v1/transactions/end-batch", {"ends": ends})
+    assert [item["status"] for item in response.json()["results"]] == [200] * 5
+
+    assert wakeups_seen.received() == [topic_channel("TranTest")]
+
+
 def test_a_rolled_back_transaction_publishes_no_wakeup(owner, topic, producer_group, wakeups_seen):
     tx = send_half(owner).json()["transaction_id"]
 

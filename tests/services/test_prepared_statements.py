@@ -1,0 +1,40 @@
+"""PostgreSQL plans the broker's per-send and per-end statements once per connection
+(``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): parameters are bound server-side and
+psycopg prepares a statement once it has run that many times on a connection. Without it each
+send and each end re-plans its whole CTE (1.5-2.5 ms of PostgreSQL CPU apiece on these
+machines, docs/operations.md "Prepared statements")."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.api_helpers import end, send_half
+
+pytestmark = pytest.mark.django_db(transaction=True)  # as a request runs: no outer transaction
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_database_options_bind_server_side_and_prepare_at_the_threshold():
+    options = settings.DATABASES["default"]["OPTIONS"]
+    assert options["server_side_binding"] is True
+    assert options["prepare_threshold"] == 5  # HALFMOON_DB_PREPARE_THRESHOLD's default
+
+
+def test_a_send_and_an_end_run_often_are_prepared_statements(owner, topic, producer_group):
+    threshold = settings.DATABASES["default"]["OPTIONS"]["prepare_threshold"]
+    for _ in range(threshold + 1):
+        tx = send_half(owner).json()["transaction_id"]
+        assert end(owner, tx, "commit").status_code == 200
+
+    statements = prepared_statements()
+    # The send's statement (half message and transaction row) and the end's (resolution,
+    # delivered message, new state), each with its JSON rows as one parameter.
+    assert any(s.startswith("WITH half_items AS") and "$1::jsonb" in s for s in statements)
+    assert any(s.startswith("WITH items AS") and "$1::jsonb" in s for s in statements)
