@@ -16,13 +16,14 @@ Two pieces, both used by ``halfmoon.asgi``:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
-from django.urls import Resolver404, resolve
+from django.urls import Resolver404, URLResolver, get_resolver, resolve
 
 from broker.api.exceptions import error_body
 from broker.api.parsers import request_too_large
@@ -164,8 +165,34 @@ class ASGIHandler(DjangoASGIHandler):
 def is_long_poll(path: str) -> bool:
     """Whether ``path`` is served by a long-polling view (one marked ``long_poll``,
     ``broker.api.views_poll``): the requests ``halfmoon.serving.HTTPSplit`` hands to the ASGI
-    handler."""
+    handler. A path whose last segment no long-poll route ends with is not resolved
+    (``_long_poll_last_segments``): every request asks this before Django resolves it again."""
+    last_segments = _long_poll_last_segments()
+    if last_segments is not None and path.rstrip("/").rpartition("/")[2] not in last_segments:
+        return False
     try:
         return getattr(resolve(path).func, "long_poll", False)
     except Resolver404:
         return False
+
+
+@functools.cache
+def _long_poll_last_segments() -> frozenset[str] | None:
+    """The fixed last segments of the long-poll routes (``receive``, ``check-requests``), read
+    once from the URL configuration; None if one ends with a path parameter (then every path is
+    resolved)."""
+    found: set[str] = set()
+
+    def walk(patterns: list[Any]) -> bool:
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                if not walk(entry.url_patterns):
+                    return False
+            elif getattr(entry.callback, "long_poll", False):
+                last = str(entry.pattern).rstrip("/$").rpartition("/")[2]
+                if not last or "<" in last or not last.replace("-", "").isalnum():
+                    return False
+                found.add(last)
+        return True
+
+    return frozenset(found) if walk(get_resolver().url_patterns) else None

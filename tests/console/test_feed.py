@@ -7,6 +7,8 @@ whose cookie the websocket handshake sends, as a browser would.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
+from broker import events
 from broker.events import (
     BULK_ACTIONS_GROUP,
     TRANSACTIONS_GROUP,
@@ -227,3 +230,28 @@ def test_a_burst_of_commits_reaches_the_feed_once_each_in_order(
     assert max(seen.index(("prepared", t)) for t in ids) < min(
         seen.index(("resolved", t)) for t in ids
     )
+
+
+def test_events_submitted_within_the_linger_go_in_one_message(monkeypatch):
+    """The publisher waits ``LINGER_S`` after an event for more before it sends (a Kafka
+    producer's linger.ms): two commits 10 ms apart cost one channel-layer message, not two."""
+    sent: list[tuple[str, dict]] = []
+    arrived = threading.Event()
+
+    class RecordingLayer:
+        async def group_send(self, group: str, message: dict) -> None:
+            sent.append((group, message))
+            arrived.set()
+
+    monkeypatch.setattr(events, "get_channel_layer", lambda: RecordingLayer())
+    publisher = events._Publisher()
+
+    publisher.submit(TRANSACTIONS_GROUP, _change(1))
+    time.sleep(0.01)
+    publisher.submit(TRANSACTIONS_GROUP, _change(2))
+
+    assert arrived.wait(TIMEOUT_S)
+    time.sleep(0.2)  # anything sent apart would be here by now
+    assert sent == [
+        (TRANSACTIONS_GROUP, {"type": "transaction.events", "events": [_change(1), _change(2)]})
+    ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from halfmoon.body_limit import _long_poll_last_segments, is_long_poll
 from halfmoon.serving import BufferedWSGI, HTTPSplit
 
 
@@ -125,6 +126,23 @@ def test_a_long_poll_goes_to_the_asgi_handler():
 
     assert asgi.paths == ["/api/v1/consumer-groups/CG/receive"]
     assert sent[-1]["body"] == b'{"topic":"T"}'
+
+
+def test_only_the_long_poll_routes_are_long_polls():
+    """``is_long_poll`` resolves only paths ending as a long-poll route does; the others are
+    answered without resolving, and the answer is the same as resolving would give."""
+    assert _long_poll_last_segments() == {"receive", "check-requests"}
+    assert is_long_poll("/api/v1/consumer-groups/CG/receive")
+    assert is_long_poll("/api/v1/producer-groups/G/check-requests")
+    for path in (
+        "/api/v1/transactions",
+        "/api/v1/transactions/receive",  # a transaction id "receive": its detail, no long poll
+        "/api/v1/consumer-groups/CG/receive/",
+        "/api/v1/consumer-groups/CG/ack",
+        "/console/",
+        "/nowhere/receive",
+    ):
+        assert not is_long_poll(path), path
 
 
 def test_a_large_body_is_spooled_to_disk_not_held_in_memory(settings):
