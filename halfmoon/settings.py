@@ -151,14 +151,16 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
     _db.setdefault("OPTIONS", {}).setdefault(
         "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
     )
-    # Server-side parameter binding, and each statement prepared on its connection once it has
-    # run HALFMOON_DB_PREPARE_THRESHOLD times (psycopg's prepare_threshold): PostgreSQL then plans
-    # the broker's set-based statements (a send's and an end's one CTE each, ~1.5-2.5 ms of
-    # planning apiece) once per connection instead of on every request. 0 turns preparing off,
-    # as a PgBouncer in transaction pooling mode needs (docs/operations.md "Serving").
-    _prepare_threshold = env_int("HALFMOON_DB_PREPARE_THRESHOLD", 5, minimum=0)
-    _db["OPTIONS"].setdefault("server_side_binding", True)
-    _db["OPTIONS"].setdefault("prepare_threshold", _prepare_threshold or None)
+    # A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
+    # (psycopg's prepare_threshold). Only the broker's set-based statements bind their
+    # parameters server-side, and so get prepared (broker.services.storage.statement_cursor):
+    # PostgreSQL plans a send's and an end's CTE (~1.5-2.5 ms of planning apiece) once per
+    # connection instead of on every request. The ORM keeps Django's client-side binding. 0
+    # turns preparing off, as a PgBouncer in transaction pooling mode needs (docs/operations.md
+    # "Prepared statements").
+    _db["OPTIONS"].setdefault(
+        "prepare_threshold", env_int("HALFMOON_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
+    )
     if HALFMOON_SERVER == "wsgi":
         _db["CONN_MAX_AGE"] = env_int("HALFMOON_DB_CONN_MAX_AGE", 600, minimum=0)
         _db["CONN_HEALTH_CHECKS"] = True

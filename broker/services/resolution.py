@@ -45,6 +45,7 @@ from broker.services.storage import (
     message_deliver_cte,
     message_visible_on_commit,
     rows_cte,
+    statement_cursor,
 )
 
 logger = logging.getLogger("halfmoon.transactions")
@@ -238,7 +239,7 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
     try:
         with (
             transaction.atomic() if connection.in_atomic_block else nullcontext(),
-            connection.cursor() as cursor,
+            statement_cursor() as cursor,
         ):
             cursor.execute(sql, params)
             rows = cursor.fetchall()

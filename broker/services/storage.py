@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from broker.models import ConsumeQueue, Message, Topic, now_ms
 from broker.rules.topics import is_undeliverable_topic
@@ -173,7 +174,7 @@ def messages_store(messages: Sequence[Message]) -> None:
     if connection.vendor == "postgresql":
         cte, params = messages_append_cte(messages, name="appended")
         own = connection.in_atomic_block
-        with transaction.atomic() if own else nullcontext(), connection.cursor() as cursor:
+        with transaction.atomic() if own else nullcontext(), statement_cursor() as cursor:
             cursor.execute(
                 f"WITH {cte} SELECT msg_id, commit_log_offset, queue_offset FROM appended", params
             )
@@ -321,6 +322,36 @@ def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str,
         "ORDER BY i.ord RETURNING commit_log_offset, queue_offset, msg_id)"
     )
     return sql, params
+
+
+def statement_cursor() -> CursorWrapper:
+    """A cursor for the broker's set-based statements (``rows_cte``, ``messages_append_cte``:
+    a send's, an end's, a batch's one statement). On PostgreSQL its parameters are bound
+    server-side, so psycopg prepares the statement on its connection once it has run
+    ``HALFMOON_DB_PREPARE_THRESHOLD`` times there and PostgreSQL plans it once per connection,
+    not per request (docs/operations.md "Prepared statements"). Elsewhere, and with the
+    threshold 0, ``connection.cursor()``.
+
+    The ORM's own queries keep Django's client-side binding: with server-side binding Django
+    sends an int ``Value()`` as int4, which a ms timestamp overflows.
+
+    Use as a context manager, like ``connection.cursor()``; it goes through Django's execute
+    wrappers and query log, and its errors are Django's.
+    """
+    if connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get(
+        "prepare_threshold"
+    ):
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg 3 only
+
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        connection.validate_thread_sharing()
+        cursor = ServerBindingCursor(connection.connection)
+        if connection.queries_logged:
+            return connection.make_debug_cursor(cursor)
+        return connection.make_cursor(cursor)
 
 
 @functools.cache

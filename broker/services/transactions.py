@@ -60,6 +60,7 @@ from broker.services.storage import (
     messages_append_cte,
     new_msg_id,
     rows_cte,
+    statement_cursor,
 )
 from broker.services.validation import action_validate, message_validate
 
@@ -267,7 +268,7 @@ def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
     )
     params += item_params
     sql = f"WITH {cte}, {items} {insert}"
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     if len(rows) < len(plans):

@@ -1,6 +1,7 @@
 """PostgreSQL plans the broker's per-send and per-end statements once per connection
-(``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): parameters are bound server-side and
-psycopg prepares a statement once it has run that many times on a connection. Without it each
+(``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): their parameters are bound
+server-side (``broker.services.storage.statement_cursor``) and psycopg prepares a statement
+once it has run that many times on a connection. Without it each
 send and each end re-plans its whole CTE (1.5-2.5 ms of PostgreSQL CPU apiece on these
 machines, docs/operations.md "Prepared statements")."""
 
@@ -21,10 +22,11 @@ def prepared_statements() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_the_database_options_bind_server_side_and_prepare_at_the_threshold():
+def test_statements_are_prepared_at_the_threshold_and_the_orm_binds_client_side():
     options = settings.DATABASES["default"]["OPTIONS"]
-    assert options["server_side_binding"] is True
     assert options["prepare_threshold"] == 5  # HALFMOON_DB_PREPARE_THRESHOLD's default
+    # Server-side binding for the ORM would send an int Value() as int4 (ms timestamps overflow).
+    assert not options.get("server_side_binding")
 
 
 def test_a_send_and_an_end_run_often_are_prepared_statements(owner, topic, producer_group):
