@@ -140,11 +140,13 @@ class Stack:
         self.tmp = tmp
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
+        self.args: dict[str, tuple[str, ...]] = {}
 
     def start(self, name: str, *args: str) -> None:
         """Start ``python *args`` as ``name``, logging to ``<tmp>/<name>.log``."""
         log = self.tmp / f"{name}.log"
         self.logs[name] = log
+        self.args[name] = args
         with log.open("wb") as out:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, *args],
@@ -154,6 +156,19 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def restart_exited(self, name: str) -> bool:
+        """Start ``name`` again with its arguments if it has exited, as supervisord's
+        ``autorestart`` does in deployment (deploy/supervisord.conf); its log so far is kept as
+        ``<name>.<n>.log``. Returns True if it was restarted."""
+        if self.procs[name].poll() is None:
+            return False
+        n = 1
+        while (kept := self.tmp / f"{name}.{n}.log").exists():
+            n += 1
+        self.logs[name].rename(kept)
+        self.start(name, *self.args[name])
+        return True
 
     def start_web(self, port: int, processes: int = 1) -> str:
         """Start ``processes`` web servers as deploy/supervisord.conf does (``python -m
