@@ -108,12 +108,9 @@ class _Publisher:
             waiting = [self._queue.get()]
             linger_until = time.monotonic() + LINGER_S
             while len(waiting) < BATCH_LIMIT:  # and whatever else comes meanwhile
-                remaining = linger_until - time.monotonic()
-                try:
+                try:  # a timeout of 0 takes only what is already queued
                     waiting.append(
-                        self._queue.get(timeout=remaining)
-                        if remaining > 0
-                        else self._queue.get_nowait()
+                        self._queue.get(timeout=max(0.0, linger_until - time.monotonic()))
                     )
                 except queue.Empty:
                     break

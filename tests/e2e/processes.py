@@ -157,18 +157,18 @@ class Stack:
                 start_new_session=True,
             )
 
-    def restart_exited(self, name: str) -> bool:
+    def restart_exited(self, name: str) -> Path | None:
         """Start ``name`` again with its arguments if it has exited, as supervisord's
-        ``autorestart`` does in deployment (deploy/supervisord.conf); its log so far is kept as
-        ``<name>.<n>.log``. Returns True if it was restarted."""
+        ``autorestart`` does in deployment (deploy/supervisord.conf). Returns where its log so
+        far was kept (``<name>.<n>.log``), or None if it was running."""
         if self.procs[name].poll() is None:
-            return False
+            return None
         n = 1
         while (kept := self.tmp / f"{name}.{n}.log").exists():
             n += 1
         self.logs[name].rename(kept)
         self.start(name, *self.args[name])
-        return True
+        return kept
 
     def start_web(self, port: int, processes: int = 1) -> str:
         """Start ``processes`` web servers as deploy/supervisord.conf does (``python -m

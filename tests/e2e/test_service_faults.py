@@ -125,10 +125,8 @@ def test_redis_away_sends_and_ends_still_work_and_checks_resume(tmp_path: Path) 
             # (kombu restores the task over the connection it just lost: "Unrecoverable error:
             # AttributeError", kombu issue 582); in deployment supervisord starts it again
             # (autorestart), so does this test. Nothing is lost: beat sends the scans again.
-            if stack.restart_exited("worker"):
-                assert "Unrecoverable error" in (stack.tmp / "worker.1.log").read_text(
-                    errors="replace"
-                ), stack.report()
+            if (died := stack.restart_exited("worker")) is not None:
+                assert "Unrecoverable error" in died.read_text(errors="replace"), stack.report()
             stack.wait_until(
                 "the /healthz after Redis came back",
                 lambda: client.get("/healthz", timeout=5).status_code == 200,
