@@ -632,7 +632,7 @@ CATEGORIES = [
 
 # Frames whose inclusive time (the frame and everything it calls) is worth a line.
 LANDMARKS = [
-    "ASGIHandler.__call__ ",
+    "PooledHTTP.__call__ ",
     "WhiteNoiseMiddleware.__call__ ",
     "MiddlewareMixin.__acall__ ",
     "APIView.dispatch ",

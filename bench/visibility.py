@@ -237,14 +237,16 @@ async def measure_latency(
 async def measure_waiters(
     client: httpx.AsyncClient, health: httpx.AsyncClient, *, waiters: int, wait_ms: int,
     load_tps: float, master: int,
-) -> tuple[list[float], int, list[int]]:  # fmt: skip
+) -> tuple[list[float], int, list[int], list[float]]:  # fmt: skip
     """``waiters`` receives long-polling IDLE_TOPIC while /healthz is sampled under the
     background load; returns the /healthz latencies (ms), how many waiters failed (not 200 with
-    no message, or before wait_ms, or later than wait_ms + WAITER_SLACK_S) and the web
-    processes' thread counts while they waited."""
+    no message, or before wait_ms, or later than wait_ms + WAITER_SLACK_S), the web
+    processes' thread counts while they waited and each waiter's answer time (s, from its
+    send)."""
     run_ = Run(client)
     load = asyncio.create_task(background_load(run_, load_tps))
     failed = 0
+    answered: list[float] = []
 
     async def waiter() -> None:
         nonlocal failed
@@ -260,6 +262,7 @@ async def measure_waiters(
             failed += 1
             return
         took = time.monotonic() - began
+        answered.append(took)
         if (
             answer.status_code != 200
             or answer.json() != {"messages": []}
@@ -289,7 +292,7 @@ async def measure_waiters(
     await load
     for error in run_.errors[:5]:
         print(f"  error: {error}", flush=True)
-    return samples, failed, threads
+    return samples, failed, threads, answered
 
 
 def thread_count(pid: int) -> int:
@@ -319,7 +322,7 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
             consumers=args.consumers,
             load_tps=args.load_tps,
         )
-        samples, failed, threads = await measure_waiters(
+        samples, failed, threads, answered = await measure_waiters(
             client,
             health,
             waiters=args.waiters,
@@ -344,7 +347,9 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
         f"{args.waiters} waiters on {IDLE_TOPIC} for {args.waiter_wait_ms} ms: {failed} failed "
         f"(not empty, early or > {WAITER_SLACK_S:g} s late); /healthz {len(samples)} samples: "
         f"p50 {percentile(samples, 0.5):.1f} ms, p99 {healthz_p99:.1f} ms, "
-        f"max {max(samples, default=0):.1f} ms; web process threads while waiting: {threads}"
+        f"max {max(samples, default=0):.1f} ms; web process threads while waiting: {threads}; "
+        f"waiters answered after (s, from their send) min {min(answered, default=0):.2f} "
+        f"p50 {percentile(answered, 0.5):.2f} max {max(answered, default=0):.2f}"
     )
     met = p99 < GOAL_P99_MS and healthz_p99 < GOAL_HEALTHZ_P99_MS and failed == 0
     print(

@@ -1,7 +1,7 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (served by uvicorn).
 
-HTTP requests go through ``halfmoon.serving.HTTPSplit``: the long polls to Django's ASGI
-handler, every other view to Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads.
+HTTP requests go through ``halfmoon.serving.PooledHTTP``: Django's WSGI handler on
+``HALFMOON_WEB_THREADS`` threads, a long poll's wait in the event loop.
 
 Refuses to start with the development ``SECRET_KEY`` unless ``DJANGO_DEBUG`` is on
 (``halfmoon.security``). ``/static/`` (the admin's and the offline Swagger UI's assets) is
@@ -10,7 +10,7 @@ pass no static-file middleware.
 
 Request bodies (``halfmoon.body_limit``): in front of both handlers, ``BodyLimitMiddleware``
 refuses a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413 as soon as the bytes received pass
-it; ``HTTPSplit`` then states the length of a chunked body (Django and DRF read no body without
+it; ``PooledHTTP`` then states the length of a chunked body (Django and DRF read no body without
 one). Websockets pass neither.
 """
 
@@ -30,10 +30,9 @@ logger = logging.getLogger("halfmoon.asgi")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 django.setup(set_prefix=False)  # as django.core.asgi.get_asgi_application does
 
-from halfmoon.body_limit import ASGIHandler, BodyLimitMiddleware  # noqa: E402 - after setup
-from halfmoon.serving import HTTPSplit  # noqa: E402
+from halfmoon.body_limit import BodyLimitMiddleware  # noqa: E402 - after setup
+from halfmoon.serving import PooledHTTP  # noqa: E402
 
-django_asgi_app = ASGIHandler()
 serving_secret_key_require("web server")
 
 
@@ -62,7 +61,7 @@ from console.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitMiddleware(static_files_app(HTTPSplit(django_asgi_app))),
+        "http": BodyLimitMiddleware(static_files_app(PooledHTTP())),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -1,7 +1,5 @@
 """Request bodies bounded while they stream, and chunked bodies read (issue 9, part 2).
 
-Two pieces, both used by ``halfmoon.asgi``:
-
 - ``BodyLimitMiddleware``: an ASGI middleware in front of the HTTP application that refuses a
   request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413 ``request_too_large`` (the code the
   API's parser already answers, ``broker.api.parsers``) as soon as the bytes received pass the
@@ -9,21 +7,17 @@ Two pieces, both used by ``halfmoon.asgi``:
   longer than it said) on the message that passes it. Nothing past the limit is handed to the
   application, so Django never spools more than the limit (its ASGI handler reads the whole
   body into a temporary file before any view runs, with no limit of its own).
-- ``ASGIHandler``: Django's ASGI handler, for the long polls (``halfmoon.serving.HTTPSplit``
-  hands it those; a chunked body reaches it, as every body reaches either handler, read whole
-  and with its ``Content-Length`` stated: ``halfmoon.serving``).
+- A chunked body reaches the application read whole and with its ``Content-Length`` stated
+  (``halfmoon.serving``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
-from django.urls import Resolver404, URLResolver, get_resolver, resolve
 
 from broker.api.exceptions import error_body
 from broker.api.parsers import request_too_large
@@ -140,59 +134,3 @@ class BodyLimitMiddleware:
             await send(message)
 
         await self.app(scope, limited_receive, guarded_send)
-
-
-class ASGIHandler(DjangoASGIHandler):
-    """Django's ASGI handler, for the long polls. Make it after ``django.setup()``
-    (``django.core.asgi.get_asgi_application`` does the same for Django's own).
-
-    A long poll (a view marked ``long_poll``, ``broker.api.views_poll``) is served without
-    Django's per-request ``ThreadSensitiveContext``: inside one, the request's first
-    thread-sensitive call (a signal receiver, a middleware hook) starts a thread of its own
-    that lives until the request ends, so hundreds of waiting receives would hold hundreds of
-    idle threads. Without it those short calls share asgiref's one thread-sensitive thread,
-    and the long poll's reads run in the event loop's worker pool.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one HTTP request (Django's ``__call__``, see the class docstring)."""
-        if scope["type"] == "http" and is_long_poll(scope["path"]):
-            await self.handle(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
-
-
-def is_long_poll(path: str) -> bool:
-    """Whether ``path`` is served by a long-polling view (one marked ``long_poll``,
-    ``broker.api.views_poll``): the requests ``halfmoon.serving.HTTPSplit`` hands to the ASGI
-    handler. A path whose last segment no long-poll route ends with is not resolved
-    (``_long_poll_last_segments``): every request asks this before Django resolves it again."""
-    last_segments = _long_poll_last_segments()
-    if last_segments is not None and path.rstrip("/").rpartition("/")[2] not in last_segments:
-        return False
-    try:
-        return getattr(resolve(path).func, "long_poll", False)
-    except Resolver404:
-        return False
-
-
-@functools.cache
-def _long_poll_last_segments() -> frozenset[str] | None:
-    """The fixed last segments of the long-poll routes (``receive``, ``check-requests``), read
-    once from the URL configuration; None if one ends with a path parameter (then every path is
-    resolved)."""
-    found: set[str] = set()
-
-    def walk(patterns: list[Any]) -> bool:
-        for entry in patterns:
-            if isinstance(entry, URLResolver):
-                if not walk(entry.url_patterns):
-                    return False
-            elif getattr(entry.callback, "long_poll", False):
-                last = str(entry.pattern).rstrip("/$").rpartition("/")[2]
-                if not last or "<" in last or not last.replace("-", "").isalnum():
-                    return False
-                found.add(last)
-        return True
-
-    return frozenset(found) if walk(get_resolver().url_patterns) else None

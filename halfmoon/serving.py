@@ -1,27 +1,26 @@
-"""How the web process serves HTTP: the API's and the console's views through Django's WSGI
-handler on a small pool of threads, the long polls through Django's ASGI handler.
+"""How the web process serves HTTP: every view through Django's WSGI handler on a small pool of
+threads, the long polls' waits in the event loop.
 
 Measured on these machines (``bench/throughput.py --serving-compare``, docs/operations.md
 "Serving: what was measured"), a request through Django's ASGI handler costs about twice the
 server CPU of the same request through its WSGI handler: under ASGI every sync view and sync
-middleware hook is a ``sync_to_async`` hop into a thread made for that request, and as many
-requests as are in flight each hold a pooled database connection, contending for the same
-offset counters. WSGI servers are faster for the REST API, but the console's websockets and the
-long polls (``POST /consumer-groups/{name}/receive``, ``GET /producer-groups/{name}/check-
-requests`` with ``wait_ms`` up to 30 s) need ASGI: under WSGI each waiting request would hold a
-whole worker.
+middleware hook is a ``sync_to_async`` hop into a thread made for that request (36 calls and
+18 hand-offs for a receive), and as many requests as are in flight each hold a pooled database
+connection, contending for the same offset counters. WSGI servers are faster for the REST API,
+but the console's websockets and the long polls (``POST /consumer-groups/{name}/receive``,
+``GET /producer-groups/{name}/check-requests`` with ``wait_ms`` up to 30 s) need an event loop:
+under WSGI each waiting request would hold a whole worker.
 
-So one ASGI server (uvicorn) serves everything behind one address, and ``HTTPSplit`` hands each
-HTTP request to one of two Django handlers of the same project:
+So one ASGI server (uvicorn) serves everything behind one address, websockets through Channels
+and HTTP through ``PooledHTTP``: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per
+process (default 4), reused from request to request (``BufferedWSGI``). A request runs in one
+thread from its first middleware to its response, as under a WSGI server, and at most that
+many requests per process hold a database connection at once. A long poll (``broker.api.
+views_poll``) makes its first read there too; when it finds nothing, the thread goes back to
+other requests and the wait is an ``await`` on the process's ``WakeupHub``
+(``broker.services.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
 
-- a long poll (a view marked ``long_poll``, ``broker.api.views_poll``): Django's ASGI handler
-  (``halfmoon.body_limit.ASGIHandler``), which waits holding no thread;
-- everything else: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per process
-  (default 4), reused from request to request (``BufferedWSGI``): a request runs in one thread
-  from its first middleware to its response, as under a WSGI server, and at most that many
-  requests per process hold a database connection at once.
-
-Before either handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
+Before the handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
 bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the
 client sent it chunked, its length is stated in a ``Content-Length`` header: Django's WSGI
 request reads no body without one, and DRF decides from it whether there is a body at all.
@@ -31,20 +30,30 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import io
 import json
 import logging
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from a2wsgi.wsgi import build_environ
 from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
+from django.http import HttpResponseBase
 
-from halfmoon.body_limit import declared_content_length, is_long_poll
+from broker.services.polling import (
+    ARRIVED_ENVIRON_KEY,
+    CONTINUATION_ENVIRON_KEY,
+    WAKEUP_HUB_ENVIRON_KEY,
+    poll_continue,
+)
+from broker.services.wakeups import WakeupHub, wakeup_hub
+from halfmoon.body_limit import declared_content_length
 from halfmoon.request_id import REQUEST_ID_HEADER
 
 logger = logging.getLogger(__name__)
@@ -53,7 +62,6 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 async def body_read(receive: Receive) -> tempfile.SpooledTemporaryFile | None:
@@ -75,19 +83,6 @@ async def body_read(receive: Receive) -> tempfile.SpooledTemporaryFile | None:
             return body
 
 
-def body_replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands out ``body`` as one ``http.request`` message, then whatever
-    ``receive`` says next (the client's ``http.disconnect``)."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replay
-
-
 def with_content_length(scope: Scope, size: int) -> Scope:
     """``scope`` with a ``Content-Length: size`` header when it declared none and ``size`` is
     not 0 (a request without a body keeps having no length, as it came)."""
@@ -96,7 +91,59 @@ def with_content_length(scope: Scope, size: int) -> Scope:
     return {**scope, "headers": [*scope.get("headers", ()), (b"content-length", b"%d" % size)]}
 
 
+def with_encodable_path(scope: Scope) -> Scope:
+    """``scope`` with a path that encodes as UTF-8 (PEP 3333's environ needs it): lone
+    surrogates (an ASGI server that decodes with ``surrogateescape``) become U+FFFD, as uvicorn
+    decodes an invalid percent-escape. Such a path then matches no route: 404, not 500."""
+    path = scope["path"]
+    if path.isascii():
+        return scope
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        fixed = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in path)
+        return {**scope, "path": fixed}
+    return scope
+
+
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+T = TypeVar("T")
+_GONE = object()
+
+
+async def _unless_disconnected(waiting: Awaitable[T], receive: Receive) -> T | object:
+    """``waiting``'s result, or ``_GONE`` (``waiting`` cancelled) if the client disconnects
+    first: after the body, the next ASGI message is ``http.disconnect``."""
+    wait = asyncio.ensure_future(waiting)
+    gone = asyncio.ensure_future(receive())
+    try:
+        await asyncio.wait({wait, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (wait, gone):
+            if not task.done():
+                task.cancel()
+    if wait.done() and not wait.cancelled():
+        return wait.result()
+    await asyncio.gather(wait, return_exceptions=True)
+    return _GONE
+
+
+def _answer_parts(
+    response: HttpResponseBase, first: list[tuple[bytes, bytes]]
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """Status, ASGI headers and body of a long poll's later answer (rendered in a pool
+    thread): the first answer's headers (those the middleware added: security headers,
+    ``Vary``) with the new answer's own and its length in place of theirs."""
+    content = response.content
+    own = [
+        (name.lower().encode("latin1"), value.encode("latin1"))
+        for name, value in response.items()
+        if name.lower() != "content-length"  # the first answer's, set by CommonMiddleware
+    ]
+    replaced = {name for name, _ in own} | {b"content-length"}
+    headers = [(name, value) for name, value in first if name not in replaced]
+    headers += [*own, (b"content-length", b"%d" % len(content))]
+    return response.status_code, headers, content
 
 
 class BufferedWSGI:
@@ -120,17 +167,48 @@ class BufferedWSGI:
         self.app = app
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wsgi")
 
-    async def respond(self, scope: Scope, body: IO[bytes], send: Send) -> None:
+    async def respond(
+        self,
+        scope: Scope,
+        body: IO[bytes],
+        receive: Receive,
+        send: Send,
+        *,
+        arrived: float | None = None,
+        hub: WakeupHub | None = None,
+    ) -> None:
         """Serve one HTTP request whose whole body is ``body`` (a file at its start, its
         length stated in ``scope``'s headers): the application runs in a pool thread, then
-        its answer goes out in two messages."""
+        its answer goes out in two messages.
+
+        ``arrived`` (``time.monotonic()`` seconds) and ``hub`` (the event loop's
+        ``WakeupHub``) go into the environ (``broker.services.polling``'s keys): a long poll
+        whose first read found nothing hands back a ``PollContinuation``, and its wait is
+        done here in the event loop (``poll_continue``), each further read one hop to a pool
+        thread, until it answers, its deadline passes or the client disconnects (read from
+        ``receive``: nothing is then sent, and no further read is made)."""
         environ = build_environ(scope, body)  # type: ignore[arg-type]
-        call = contextvars.copy_context().run
-        status, headers, content = await asyncio.get_running_loop().run_in_executor(
-            self.executor, call, self._respond, environ
-        )
+        if arrived is not None:
+            environ[ARRIVED_ENVIRON_KEY] = arrived
+        if hub is not None:
+            environ[WAKEUP_HUB_ENVIRON_KEY] = hub
+        status, headers, content = await self.in_thread(functools.partial(self._respond, environ))
+        continuation = environ.get(CONTINUATION_ENVIRON_KEY)
+        if continuation is not None and hub is not None:
+            answer = await _unless_disconnected(
+                poll_continue(continuation, hub, self.in_thread), receive
+            )
+            if answer is _GONE:
+                return
+            if answer is not None:
+                status, headers, content = _answer_parts(answer, headers)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content, "more_body": False})
+
+    async def in_thread(self, function: Callable[[], T]) -> T:
+        """``function()`` run in a pool thread, in a copy of the caller's context."""
+        call = contextvars.copy_context().run
+        return await asyncio.get_running_loop().run_in_executor(self.executor, call, function)
 
     def _respond(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """Run the application in this (pool) thread: (status code, ASGI headers, body)."""
@@ -155,37 +233,31 @@ class BufferedWSGI:
         return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
 
 
-class HTTPSplit:
-    """The HTTP application of ``halfmoon.asgi``: long polls to ``asgi_app``, every other
-    request to Django's WSGI handler on ``threads`` threads (see the module docstring).
+class PooledHTTP:
+    """The HTTP application of ``halfmoon.asgi``: every request to Django's WSGI handler on
+    ``threads`` threads, long polls waiting in the event loop (see the module docstring).
 
     Args:
-        asgi_app: Django's ASGI handler (``halfmoon.body_limit.ASGIHandler``), for long polls.
-        wsgi_app: the WSGI application of the other requests; default Django's
-            ``WSGIHandler``.
+        wsgi_app: the WSGI application; default Django's ``WSGIHandler``.
         threads: threads serving ``wsgi_app`` in this process; default
             ``settings.HALFMOON_WEB_THREADS``.
     """
 
-    def __init__(
-        self, asgi_app: ASGIApp, wsgi_app: WSGIApp | None = None, threads: int | None = None
-    ) -> None:
-        self.asgi_app = asgi_app
+    def __init__(self, wsgi_app: WSGIApp | None = None, threads: int | None = None) -> None:
         self.threads = threads if threads is not None else settings.HALFMOON_WEB_THREADS
         self.wsgi_app = BufferedWSGI(wsgi_app or WSGIHandler(), threads=self.threads)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one HTTP request; other scopes (lifespan) go to the ASGI handler.
+        """Serve one HTTP request (``scope["type"]`` ``http``: ``halfmoon.asgi`` routes the
+        other scopes elsewhere).
 
-        Django's handlers answer every error of a view or a middleware themselves (500 with
-        ``details.request_id``, logged on ``django.request``). An error here, around them
-        (the body's spooling, the environ, headers that do not encode), would reach the
-        server, whose own 500 is plain text that no log line names: it is logged with its
-        traceback and a request id on ``halfmoon.serving`` and answered with the contract's
-        500 body carrying that id, unless the answer had already started."""
-        if scope["type"] != "http":
-            await self.asgi_app(scope, receive, send)
-            return
+        Django's handler answers every error of a view or a middleware itself (500 with
+        ``details.request_id``, logged on ``django.request``). An error here, around it
+        (the body's spooling, the environ, headers that do not encode, a long poll's later
+        read that its view does not answer), would reach the server, whose own 500 is plain
+        text that no log line names: it is logged with its traceback and a request id on
+        ``halfmoon.serving`` and answered with the contract's 500 body carrying that id,
+        unless the answer had already started."""
         started = False
 
         async def tracked(message: Message) -> None:
@@ -208,17 +280,16 @@ class HTTPSplit:
             await send_server_error(send, rid)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Read the body, then hand the request to the handler its path takes."""
+        """Read the body, then hand the request to the WSGI handler's pool."""
+        arrived = time.monotonic()
         body = await body_read(receive)
         if body is None:
             return  # gone, or refused by the body limit (which answered 413)
+        hub = wakeup_hub()  # subscribes with its first waiter (``poll_continue``)
         with body:
-            scope = with_content_length(scope, body.seek(0, io.SEEK_END))
+            scope = with_content_length(with_encodable_path(scope), body.seek(0, io.SEEK_END))
             body.seek(0)
-            if is_long_poll(scope["path"]):
-                await self.asgi_app(scope, body_replay(body.read(), receive), send)
-            else:
-                await self.wsgi_app.respond(scope, body, send)
+            await self.wsgi_app.respond(scope, body, receive, send, arrived=arrived, hub=hub)
 
 
 async def send_server_error(send: Send, rid: str) -> None:

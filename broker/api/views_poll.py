@@ -1,14 +1,17 @@
-"""The two long-polling api-v1 endpoints, as async Django views: receive and check-requests.
+"""The two long-polling api-v1 endpoints: receive and check-requests.
 
-DRF's ``APIView`` has no async handlers, so each endpoint is a DRF view (``ReceiveView``,
-``CheckRequestsView``) that authenticates, checks rights and validates as every other view and
-answers a ``LongPollResponse`` naming what to read and how long to wait; ``long_poll_view``
-wraps it in an async view that then does the waiting (``broker.services.polling``); ``LongPollAPIView.as_view`` does the wrapping:
+Each endpoint is a DRF view (``ReceiveView``, ``CheckRequestsView``) that authenticates, checks
+rights and validates as every other view and answers a ``LongPollResponse`` naming what to
+read and how long to wait; ``long_poll_view`` (``LongPollAPIView.as_view``) wraps it in a view
+that does the reading and the waiting (``broker.services.polling``):
 
-- under ASGI (uvicorn): the DRF view runs in a worker thread, then ``poll_until_async`` reads
-  in worker threads and awaits wake-ups in between, holding no thread while it waits;
-- under WSGI (the tests' client, gunicorn): all of it runs in the request's thread
-  (``poll_until``), as Django runs an async view there through ``async_to_sync``.
+- as ``halfmoon.serving`` serves it (uvicorn, the quick start): the DRF view and the first read
+  run in one of the server's threads; when that read finds nothing, the view hands the server
+  a ``PollContinuation`` and the thread goes back to other requests. The server waits for
+  wake-ups in its event loop and runs each further read in a server thread (one hop), holding
+  no thread while it waits;
+- under any other WSGI server (the tests' client, gunicorn): all of it runs in the request's
+  thread (``poll_until``).
 
 Statuses, bodies, error bodies and authentication are the DRF views' own: an error raised by a
 read during the wait goes through the same view's ``handle_exception``. The wrapper carries
@@ -17,15 +20,14 @@ the DRF view's ``cls`` and ``initkwargs`` so the OpenAPI document still sees it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIRequest
-from django.db import connection
 from django.http import HttpRequest, HttpResponseBase
+from django.template.response import SimpleTemplateResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -37,8 +39,15 @@ from broker.api.permissions import require_consumer, require_producer
 from broker.api.shapes import validated
 from broker.api.views import _errors
 from broker.services import checks, consumers
-from broker.services.polling import poll_until, poll_until_async
-from broker.services.wakeups import check_requests_channel, topic_channel
+from broker.services.polling import (
+    ARRIVED_ENVIRON_KEY,
+    CONTINUATION_ENVIRON_KEY,
+    WAKEUP_HUB_ENVIRON_KEY,
+    PollContinuation,
+    poll_until,
+    release_connection,
+)
+from broker.services.wakeups import WakeupHub, check_requests_channel, topic_channel
 
 
 @dataclass(frozen=True)
@@ -75,61 +84,76 @@ def _failed(response: Response, exc: Exception) -> HttpResponseBase:
     return view.finalize_response(request, answer, *context["args"], **context["kwargs"])
 
 
-def _serve_blocking(
-    sync_view: Callable[..., Any], request: HttpRequest, started: float, **kwargs: Any
-) -> Any:
+def _serve(sync_view: Callable[..., Any], request: HttpRequest, **kwargs: Any) -> Any:
     response = sync_view(request, **kwargs)
     if not isinstance(response, LongPollResponse):
         return response
     poll = response.poll
+    started = request.META.get(ARRIVED_ENVIRON_KEY, time.monotonic())
+    hub = request.META.get(WAKEUP_HUB_ENVIRON_KEY)
     try:
-        response.data = poll.body(
-            poll_until(poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel, started=started)
-        )
+        if hub is None:
+            found = poll_until(
+                poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel, started=started
+            )
+        else:
+            found = _first_read(response, hub, started, request.META)
     except Exception as exc:  # noqa: BLE001 - answered as the DRF view would, or re-raised
         return _failed(response, exc)
-    return response
-
-
-def _in_worker(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    # A worker thread of the event loop's pool: give its database connection back after.
-    try:
-        return function(*args, **kwargs)
-    finally:
-        connection.close()
-
-
-async def _serve_async(
-    sync_view: Callable[..., Any], request: HttpRequest, started: float, **kwargs: Any
-) -> Any:
-    worker = sync_to_async(_in_worker, thread_sensitive=False)
-    response = await worker(sync_view, request, **kwargs)
-    if not isinstance(response, LongPollResponse):
-        return response
-    poll = response.poll
-    try:
-        found = await poll_until_async(
-            poll.fetch, wait_ms=poll.wait_ms, channel=poll.channel, started=started
-        )
-    except Exception as exc:  # noqa: BLE001 - answered as the DRF view would, or re-raised
-        return await worker(_failed, response, exc)
     response.data = poll.body(found)
     return response
 
 
+def _first_read(
+    response: LongPollResponse, hub: WakeupHub, started: float, environ: dict[str, Any]
+) -> list[Any]:
+    """The first read of a long poll the server waits for (``halfmoon.serving``): when it finds
+    nothing and time remains, the rest goes into ``environ`` as a ``PollContinuation``."""
+    poll = response.poll
+    generation = hub.generation(poll.channel)  # before the read: see poll_continue
+    found = poll.fetch()
+    deadline = started + poll.wait_ms / 1000
+    if not found and poll.wait_ms > 0 and time.monotonic() < deadline:
+        environ[CONTINUATION_ENVIRON_KEY] = PollContinuation(
+            retry=functools.partial(_retry, response),
+            channel=poll.channel,
+            deadline=deadline,
+            generation=generation,
+        )
+    return found
+
+
+def _retry(response: LongPollResponse) -> HttpResponseBase | None:
+    """One more read of a waiting long poll, in a server thread: its rendered answer (the items
+    found, or the DRF view's answer to the read's error), or None when nothing yet. The
+    database connection goes back to the pool either way."""
+    poll = response.poll
+    try:
+        found = poll.fetch()
+        if not found:
+            return None
+        response.data = poll.body(found)
+        answer: HttpResponseBase = response
+    except Exception as exc:  # noqa: BLE001 - answered as the DRF view would, or re-raised
+        answer = _failed(response, exc)
+    finally:
+        release_connection()
+    if isinstance(answer, SimpleTemplateResponse):
+        answer._is_rendered = False  # the first read's answer was rendered with no items
+        answer.render()
+    return answer
+
+
 def long_poll_view(sync_view: Callable[..., Any]) -> Callable[..., Any]:
-    """The async Django view serving ``sync_view`` (a DRF view whose handlers answer a
+    """The Django view serving ``sync_view`` (a DRF view whose handlers answer a
     ``LongPollResponse`` or any other response): see the module docstring."""
 
-    async def view(request: HttpRequest, **kwargs: Any) -> Any:
-        started = time.monotonic()  # wait_ms counts from here, queued time included
-        if isinstance(request, ASGIRequest):
-            return await _serve_async(sync_view, request, started, **kwargs)
-        return await sync_to_async(_serve_blocking)(sync_view, request, started, **kwargs)
+    def view(request: HttpRequest, **kwargs: Any) -> Any:
+        return _serve(sync_view, request, **kwargs)
 
     for attribute in ("cls", "initkwargs", "csrf_exempt", "__name__", "__qualname__", "__doc__"):
         setattr(view, attribute, getattr(sync_view, attribute))
-    view.long_poll = True  # type: ignore[attr-defined] - halfmoon.body_limit.ASGIHandler
+    view.long_poll = True  # type: ignore[attr-defined]
     return view
 
 

@@ -1,5 +1,5 @@
 """Long polling for receive and check-requests, without holding a database connection and,
-under ASGI, without holding a thread (``broker.services.wakeups``).
+as ``halfmoon.serving`` serves them, without holding a thread (``broker.services.wakeups``).
 
 A long poll reads the database, and while it finds nothing waits for a wake-up on its channel
 (published after a commit made something visible), re-reading at the latest every
@@ -10,20 +10,20 @@ A long poll reads the database, and while it finds nothing waits for a wake-up o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from asgiref.sync import sync_to_async
 from django.db import connection
 
-from broker.services.wakeups import SyncListener, wakeup_hub
+from broker.services.wakeups import SyncListener, WakeupHub
 
 T = TypeVar("T")
 
 
-def _release_connection() -> None:
-    # Between tries the connection goes back to the pool (or is closed): a waiting caller
-    # holds none.
+def release_connection() -> None:
+    """Between a long poll's reads: give the database connection back to the pool (or close
+    it), unless inside an atomic block; a waiting caller holds none."""
     if not connection.in_atomic_block:
         connection.close()
 
@@ -55,39 +55,69 @@ def poll_until(
             remaining = deadline - time.monotonic()
             if result or remaining <= 0:
                 return result
-            _release_connection()
+            release_connection()
             woken = listener.wait(min(listener.recheck_s(), remaining))
             if not woken and time.monotonic() >= deadline:
                 return result  # nothing published since the last read: no read at the deadline
 
 
-def _fetch_released(fetch: Callable[[], list[T]]) -> list[T]:
-    try:
-        return fetch()
-    finally:
-        _release_connection()
+ARRIVED_ENVIRON_KEY = "halfmoon.arrived"
+"""The WSGI environ key under which ``halfmoon.serving`` gives the request's arrival
+(``time.monotonic()`` seconds): a long poll's ``wait_ms`` counts from it, time queued for a
+server thread included."""
+WAKEUP_HUB_ENVIRON_KEY = "halfmoon.wakeup_hub"
+"""The WSGI environ key under which ``halfmoon.serving`` hands a request its event loop's
+``WakeupHub``: the server can wait for a long poll without a thread (``PollContinuation``)."""
+CONTINUATION_ENVIRON_KEY = "halfmoon.long_poll"
+"""The WSGI environ key under which a long-poll view hands the server its ``PollContinuation``
+when its first read found nothing and time to wait remains."""
 
 
-async def poll_until_async(
-    fetch: Callable[[], list[T]], *, wait_ms: int, channel: str, started: float | None = None
-) -> list[T]:
-    """Async long poll (ASGI): as ``poll_until``, but each ``fetch`` runs in a worker thread of
-    the event loop's shared pool (``sync_to_async(thread_sensitive=False)``, its database
-    connection released after each try) and the wait between tries is an ``await`` on the
-    process's ``WakeupHub``: a waiting caller holds no thread, no database connection and no
-    Redis connection of its own. Returns the last result (possibly empty); ``fetch``'s errors
-    propagate.
+@dataclass(frozen=True)
+class PollContinuation:
+    """The rest of a long poll whose first read, in a server thread, found nothing: what the
+    server waits for in its event loop (``poll_continue``), holding no thread.
+
+    ``retry``: one more read, run in a server thread; returns the answer when it found
+    something (or the read failed: its error answer), None when nothing yet (its database
+    connection given back). ``channel``: the wake-up channel; ``deadline``: when the wait
+    ends (``time.monotonic()`` seconds: the request's arrival plus its ``wait_ms``);
+    ``generation``: the hub's ``WakeupHub.generation`` of ``channel`` taken before the first
+    read (None: the hub was not subscribed then).
     """
-    try_once = sync_to_async(_fetch_released, thread_sensitive=False)
-    if wait_ms <= 0:
-        return await try_once(fetch)
-    deadline = _deadline(wait_ms, started)
-    with wakeup_hub().listen(channel) as listener:  # before the first read: nothing missed
+
+    retry: Callable[[], Any | None]
+    channel: str
+    deadline: float
+    generation: tuple[int, int] | None
+
+
+async def poll_continue(
+    continuation: PollContinuation,
+    hub: WakeupHub,
+    in_thread: Callable[[Callable[[], Any | None]], Awaitable[Any | None]],
+) -> Any | None:
+    """Wait for ``continuation`` in the event loop: on each wake-up of its channel (and at the
+    latest every ``listener.recheck_s()``: 5 s subscribed, 1 s while Redis is away) run its
+    ``retry`` through ``in_thread`` (one hop to a server thread), until a retry answers or the
+    deadline passes. Returns the retry's answer, or None at the deadline (the first read's
+    empty answer stands). As ``poll_until``, no read at the deadline without a wake-up.
+
+    A wake-up published between the first read and the registration here is not missed: the
+    channel's generation then differs from the one taken before that read, and the read is made
+    again at once.
+    """
+    with hub.listen(continuation.channel) as listener:
+        generation = hub.generation(continuation.channel)
+        if generation is None or generation != continuation.generation:
+            listener.event.set()
         while True:
-            result = await try_once(fetch)
-            remaining = deadline - time.monotonic()
-            if result or remaining <= 0:
-                return result
+            remaining = continuation.deadline - time.monotonic()
+            if remaining <= 0:
+                return None
             woken = await listener.wait(min(listener.recheck_s(), remaining))
-            if not woken and time.monotonic() >= deadline:
-                return result  # as poll_until: no read at the deadline without a wake-up
+            if not woken and time.monotonic() >= continuation.deadline:
+                return None
+            answer = await in_thread(continuation.retry)
+            if answer is not None:
+                return answer

@@ -290,12 +290,32 @@ class WakeupHub:
         self._waiters: dict[str, set[Listener]] = {}
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # Wake-ups seen per channel since the subscription began, and how many subscriptions
+        # began (``generation``): one entry per topic or producer group ever woken.
+        self._seen: dict[str, int] = {}
+        self._subscriptions = 0
 
-    def listen(self, channel: str) -> Listener:
-        """A waiter on ``channel``; register it (``with``) before reading the database."""
+    def start(self) -> None:
+        """Start the subscriber task if it is not running (from the hub's event loop)."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def listen(self, channel: str) -> Listener:
+        """A waiter on ``channel``; register it (``with``) before reading the database, or
+        compare ``generation`` from before the read with the one after registering."""
+        self.start()
         return Listener(self, channel)
+
+    def generation(self, channel: str) -> tuple[int, int] | None:
+        """Which wake-ups of ``channel`` this hub has seen: (subscription number, wake-ups
+        since it began), or None while it is not subscribed. Safe to call from any thread (a
+        read of two ints under the GIL). A read made after taking a generation misses no
+        commit whose wake-up comes later: if the generation, taken again once a waiter is
+        registered, differs, something was published meanwhile and the read must be made
+        again (``broker.services.polling.poll_continue``)."""
+        if not self.subscribed.is_set():
+            return None
+        return self._subscriptions, self._seen.get(channel, 0)
 
     def waiting(self) -> int:
         """How many waiters are registered."""
@@ -312,6 +332,7 @@ class WakeupHub:
                 del self._waiters[listener.channel]
 
     def _wake(self, channel: str) -> None:
+        self._seen[channel] = self._seen.get(channel, 0) + 1
         for listener in self._waiters.get(channel, ()):
             listener.event.set()
 
@@ -328,6 +349,8 @@ class WakeupHub:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.psubscribe(self.pattern)
+                self._subscriptions += 1
+                self._seen.clear()
                 self.subscribed.set()
                 if self._failing:
                     self._failing = False

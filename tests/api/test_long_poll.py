@@ -4,13 +4,13 @@ in another thread, the ``wait_ms`` upper bound, and the fallback re-check while 
 
 The issue: "a commit is visible to a long-polling consumer quickly (wake the waiting receivers on
 commit) ... no receive waits past its wait_ms". These tests run the WSGI path (the test client:
-``poll_until`` with a ``SyncListener``); the ASGI path (``WakeupHub``) is tested end to end in
+``poll_until`` with a ``SyncListener``); the served path (``halfmoon.serving``: the wait in the
+event loop on a ``WakeupHub``) is tested in ``tests/halfmoon/test_serving.py`` and end to end in
 ``tests/e2e/test_long_poll_asgi.py``. No timing assertion but the contract's upper bound.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from broker.models import Transaction
 from broker.services import checks, wakeups
 from broker.services.admin import topic_create
-from broker.services.polling import poll_until, poll_until_async
+from broker.services.polling import poll_until
 from broker.services.storage import message_visible_on_commit
 from broker.services.wakeups import check_requests_channel, topic_channel
 from tests.api_helpers import end, post, send_half, send_message
@@ -319,16 +319,3 @@ def test_a_long_poll_whose_wait_ms_passed_while_queued_reads_once_and_answers(db
     )
 
     assert (found, len(reads)) == ([], 1)
-
-
-def test_an_async_long_poll_counts_wait_ms_from_the_requests_arrival(db):
-    arrived = time.monotonic() - 1.0
-
-    found = asyncio.run(
-        poll_until_async(
-            lambda: [], wait_ms=1_500, channel=topic_channel("TranTest"), started=arrived
-        )
-    )
-
-    assert found == []
-    assert time.monotonic() - arrived < 1.5 + SLACK_S / 2

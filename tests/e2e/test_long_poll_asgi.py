@@ -4,9 +4,9 @@
 - 200 receives wait at once (httpx async client) while /healthz still answers 200, and a commit
   wakes the one consumer group that waits for it: a waiter gets the message long before its
   wait_ms, the others of an idle topic answer empty, none past wait_ms (plus a margin).
-- While they wait the worker holds a handful of threads, not one per waiter: a long poll is
-  served without Django's per-request ``ThreadSensitiveContext`` (``halfmoon.body_limit.
-  ASGIHandler``), whose thread would live, idle, until the request ends.
+- While they wait the worker holds a handful of threads, not one per waiter: a long poll that
+  found nothing gives its pool thread back and waits in the event loop
+  (``halfmoon.serving``, ``broker.services.polling.poll_continue``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""How the web process serves HTTP (``halfmoon.serving``): long polls to the ASGI handler,
-everything else to a WSGI application on a bounded pool of threads, each body read whole first
-and a chunked body's length stated."""
+"""How the web process serves HTTP (``halfmoon.serving``): every request to a WSGI application on
+a bounded pool of threads, each body read whole first and a chunked body's length stated; a long
+poll that found nothing waits in the event loop, holding no thread, and its later reads are one
+hop each (``PollContinuation``, against the real Redis)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,17 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from asgiref.sync import async_to_sync
+from django.http import HttpResponse
 
-from halfmoon.body_limit import _long_poll_last_segments, is_long_poll
-from halfmoon.serving import BufferedWSGI, HTTPSplit
+from broker.services.polling import (
+    CONTINUATION_ENVIRON_KEY,
+    WAKEUP_HUB_ENVIRON_KEY,
+    PollContinuation,
+)
+from broker.services.wakeups import topic_channel, wakeup_hub, wakeup_publish
+from halfmoon.serving import BufferedWSGI, PooledHTTP
 
 
 def scope(path: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -27,7 +35,7 @@ def scope(path: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
         "method": "POST",
         "scheme": "http",
         "path": path,
-        "raw_path": path.encode(),
+        "raw_path": path.encode("utf-8", "surrogateescape"),
         "query_string": b"a=1",
         "root_path": "",
         "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()],
@@ -89,22 +97,15 @@ class EchoWSGI:
         return Body([seen.encode()])
 
 
-class RecordingASGI:
-    """An ASGI application that answers 200 with the body it received."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        self.paths.append(scope["path"])
-        message = await receive()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": message["body"]})
+async def never_gone() -> dict[str, Any]:
+    """An ASGI ``receive`` after the body of a client that stays connected."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
 
 
 def test_a_sync_view_runs_in_a_pool_thread_with_the_whole_body_and_one_answer():
     wsgi = EchoWSGI()
-    split = HTTPSplit(RecordingASGI(), wsgi_app=wsgi, threads=2)
+    split = PooledHTTP(wsgi_app=wsgi, threads=2)
 
     sent = serve(split, scope("/api/v1/transactions"), [b"hel", b"lo"])
 
@@ -116,33 +117,6 @@ def test_a_sync_view_runs_in_a_pool_thread_with_the_whole_body_and_one_answer():
     assert (path_query, length, text) == ("/api/v1/transactions?a=1", "5", "hello")
     assert thread.startswith("wsgi")
     assert wsgi.closed_in == [thread]  # Django's request_finished runs in the same thread
-
-
-def test_a_long_poll_goes_to_the_asgi_handler():
-    asgi = RecordingASGI()
-    split = HTTPSplit(asgi, wsgi_app=EchoWSGI(), threads=1)
-
-    sent = serve(split, scope("/api/v1/consumer-groups/CG/receive"), [b'{"topic":', b'"T"}'])
-
-    assert asgi.paths == ["/api/v1/consumer-groups/CG/receive"]
-    assert sent[-1]["body"] == b'{"topic":"T"}'
-
-
-def test_only_the_long_poll_routes_are_long_polls():
-    """``is_long_poll`` resolves only paths ending as a long-poll route does; the others are
-    answered without resolving, and the answer is the same as resolving would give."""
-    assert _long_poll_last_segments() == {"receive", "check-requests"}
-    assert is_long_poll("/api/v1/consumer-groups/CG/receive")
-    assert is_long_poll("/api/v1/producer-groups/G/check-requests")
-    for path in (
-        "/api/v1/transactions",
-        "/api/v1/transactions/receive",  # a transaction id "receive": its detail, no long poll
-        "/api/v1/consumer-groups/CG/receive/",
-        "/api/v1/consumer-groups/CG/ack",
-        "/console/",
-        "/nowhere/receive",
-    ):
-        assert not is_long_poll(path), path
 
 
 def test_a_large_body_is_spooled_to_disk_not_held_in_memory(settings):
@@ -158,7 +132,7 @@ def test_a_large_body_is_spooled_to_disk_not_held_in_memory(settings):
         start_response("200 OK", [])
         return [b""]
 
-    split = HTTPSplit(RecordingASGI(), wsgi_app=app, threads=1)
+    split = PooledHTTP(wsgi_app=app, threads=1)
 
     serve(split, scope("/x"), [b"y" * 700, b"z" * 700])
 
@@ -167,7 +141,7 @@ def test_a_large_body_is_spooled_to_disk_not_held_in_memory(settings):
 
 def test_a_chunked_body_gets_its_length_and_an_empty_one_none():
     wsgi = EchoWSGI()
-    split = HTTPSplit(RecordingASGI(), wsgi_app=wsgi, threads=1)
+    split = PooledHTTP(wsgi_app=wsgi, threads=1)
 
     chunked = serve(split, scope("/x"), [b"ab", b"cd", b"e"])
     empty = serve(split, scope("/x"), [b""])
@@ -186,7 +160,9 @@ def test_no_more_requests_than_threads_run_at_once():
         async def send(message: dict[str, Any]) -> None:
             pass
 
-        await buffered.respond(scope("/x", {"content-length": "1"}), io.BytesIO(b"x"), send)
+        await buffered.respond(
+            scope("/x", {"content-length": "1"}), io.BytesIO(b"x"), never_gone, send
+        )
 
     async def many() -> None:
         await asyncio.gather(*(one() for _ in range(8)))
@@ -205,7 +181,7 @@ def test_an_error_around_django_is_the_contracts_500_with_a_logged_request_id(ca
         start_response("200 OK", [("X-Name", "caf\u00e9 \u2615")])
         return [b"ok"]
 
-    split = HTTPSplit(RecordingASGI(), wsgi_app=app, threads=1)
+    split = PooledHTTP(wsgi_app=app, threads=1)
 
     with caplog.at_level(logging.ERROR, logger="halfmoon.serving"):
         sent = serve(split, scope("/api/v1/topics"), [b""])
@@ -221,3 +197,211 @@ def test_an_error_around_django_is_the_contracts_500_with_a_logged_request_id(ca
     (record,) = [r for r in caplog.records if r.name == "halfmoon.serving"]
     assert f"request_id={rid}" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is UnicodeEncodeError
+
+
+def test_a_path_that_does_not_encode_reaches_the_application_replaced_not_a_500():
+    wsgi = EchoWSGI()
+
+    sent = serve(PooledHTTP(wsgi_app=wsgi, threads=1), scope("/x/\udcff"), [b""])
+
+    assert sent[0]["status"] == 201
+    path_info = sent[-1]["body"].decode().split("?")[0]  # PEP 3333: UTF-8 bytes as latin-1
+    assert path_info.encode("latin-1").decode("utf-8") == "/x/\ufffd"
+
+
+# --- Long polls: the wait in the event loop -----------------------------------------------------
+
+CHANNEL = topic_channel("ServingTest")
+
+
+class LongPollWSGI:
+    """A WSGI application standing for a long-poll view whose first read found nothing: it
+    answers ``[]`` and hands the server a ``PollContinuation`` of ``wait_s`` whose retry
+    answers ``{"found": n}`` (n: the retries so far) once ``found`` is set, else None. Any
+    other path answers ``other`` at once. ``before_return`` runs after the generation is
+    taken, as the first read would."""
+
+    def __init__(self, wait_s: float, before_return: Any = None) -> None:
+        self.wait_s = wait_s
+        self.before_return = before_return
+        self.found = threading.Event()
+        self.retries: list[str] = []
+
+    def retry(self) -> HttpResponse | None:
+        self.retries.append(threading.current_thread().name)
+        if not self.found.is_set():
+            return None
+        answer = HttpResponse(
+            json.dumps({"found": len(self.retries)}), content_type="application/json", status=200
+        )
+        answer["Content-Length"] = "2"  # stale, as on a view's response after CommonMiddleware
+        return answer
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ["PATH_INFO"] != "/poll":
+            start_response("200 OK", [("Content-Length", "5")])
+            return [b"other"]
+        hub = environ[WAKEUP_HUB_ENVIRON_KEY]
+        generation = hub.generation(CHANNEL)
+        if self.before_return is not None:
+            self.before_return(hub)
+        environ[CONTINUATION_ENVIRON_KEY] = PollContinuation(
+            retry=self.retry,
+            channel=CHANNEL,
+            deadline=time.monotonic() + self.wait_s,
+            generation=generation,
+        )
+        start_response(
+            "200 OK",
+            [("Content-Type", "text/plain"), ("Content-Length", "2"), ("X-Frame-Options", "DENY")],
+        )
+        return [b"[]"]
+
+
+async def _subscribed_hub() -> Any:
+    hub = wakeup_hub()
+    hub.start()
+    await asyncio.wait_for(hub.subscribed.wait(), 5)
+    return hub
+
+
+async def _request(app: Any, path: str, receive: Any = never_gone) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+    first = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive_after_body() -> dict[str, Any]:
+        return first.pop() if first else await receive()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope(path), receive_after_body, send)
+    return sent
+
+
+async def _until(condition: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def redis_db(settings):
+    """The hubs and publishers of these tests on the test Redis (the real one)."""
+    return settings.REDIS_URL
+
+
+def test_a_long_poll_waits_holding_no_thread_and_a_wakeup_brings_its_retrys_answer(redis_db):
+    wsgi = LongPollWSGI(wait_s=10)
+    app = PooledHTTP(wsgi_app=wsgi, threads=1)
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
+        hub = await _subscribed_hub()
+        try:
+            poll = asyncio.ensure_future(_request(app, "/poll"))
+            await _until(lambda: hub.waiting() == 1)
+            other = await asyncio.wait_for(_request(app, "/other"), 5)  # the one thread is free
+            wsgi.found.set()
+            woken = time.monotonic()
+            await asyncio.to_thread(wakeup_publish, [CHANNEL])
+            answer = await asyncio.wait_for(poll, 5)
+            return answer, other, time.monotonic() - woken
+        finally:
+            await hub.close()
+
+    answer, other, after_s = async_to_sync(scenario)()
+
+    assert other[-1]["body"] == b"other"
+    start, body = answer
+    headers = dict(start["headers"])
+    assert (start["status"], json.loads(body["body"])) == (200, {"found": 1})
+    assert [v for n, v in start["headers"] if n == b"content-length"] == [
+        str(len(body["body"])).encode()
+    ]
+    assert headers[b"content-type"] == b"application/json"
+    assert headers[b"x-frame-options"] == b"DENY"  # the first answer's middleware headers stay
+    assert len(wsgi.retries) == 1 and wsgi.retries[0].startswith("wsgi")
+    assert after_s < 2.0  # woken, not the 5 s re-check
+
+
+def test_a_long_poll_answers_its_first_answer_at_the_deadline_without_another_read(redis_db):
+    wsgi = LongPollWSGI(wait_s=0.4)
+    app = PooledHTTP(wsgi_app=wsgi, threads=1)
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        hub = await _subscribed_hub()
+        try:
+            started = time.monotonic()
+            sent = await asyncio.wait_for(_request(app, "/poll"), 5)
+            return sent, time.monotonic() - started
+        finally:
+            await hub.close()
+
+    (start, body), took_s = async_to_sync(scenario)()
+
+    assert (start["status"], body["body"]) == (200, b"[]")
+    assert wsgi.retries == []
+    assert 0.4 <= took_s < 2.0
+
+
+def test_a_wakeup_between_the_first_read_and_the_wait_is_not_missed(redis_db):
+    """The commit's wake-up arrives after the first read but before the server waits: the
+    channel's generation has moved since the read, so the server reads again at once."""
+
+    def published_and_seen(hub: Any) -> None:
+        before = hub.generation(CHANNEL)
+        wakeup_publish([CHANNEL])
+        deadline = time.monotonic() + 5
+        while hub.generation(CHANNEL) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        wsgi.found.set()
+
+    wsgi = LongPollWSGI(wait_s=10, before_return=published_and_seen)
+    app = PooledHTTP(wsgi_app=wsgi, threads=1)
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        hub = await _subscribed_hub()
+        try:
+            started = time.monotonic()
+            sent = await asyncio.wait_for(_request(app, "/poll"), 5)
+            return sent, time.monotonic() - started
+        finally:
+            await hub.close()
+
+    (start, body), took_s = async_to_sync(scenario)()
+
+    assert json.loads(body["body"]) == {"found": 1}
+    assert took_s < 2.0  # not the 5 s re-check
+
+
+def test_a_client_gone_while_its_long_poll_waits_gets_nothing_and_no_more_reads(redis_db):
+    wsgi = LongPollWSGI(wait_s=10)
+    app = PooledHTTP(wsgi_app=wsgi, threads=1)
+    gone = asyncio.Event()
+
+    async def disconnect() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def scenario() -> tuple[list[dict[str, Any]], int]:
+        nonlocal gone
+        gone = asyncio.Event()
+        hub = await _subscribed_hub()
+        try:
+            poll = asyncio.ensure_future(_request(app, "/poll", receive=disconnect))
+            await _until(lambda: hub.waiting() == 1)
+            gone.set()
+            sent = await asyncio.wait_for(poll, 5)
+            waiting = hub.waiting()
+            await asyncio.to_thread(wakeup_publish, [CHANNEL])
+            await asyncio.sleep(0.3)
+            return sent, waiting
+        finally:
+            await hub.close()
+
+    sent, waiting = async_to_sync(scenario)()
+
+    assert sent == []
+    assert waiting == 0
+    assert wsgi.retries == []

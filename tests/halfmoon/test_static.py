@@ -11,7 +11,8 @@ from asgiref.sync import async_to_sync
 from django.core.management import call_command
 
 from broker.services.admin import access_key_create
-from halfmoon.asgi import django_asgi_app, static_files_app
+from halfmoon.asgi import static_files_app
+from halfmoon.serving import PooledHTTP
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def asgi_get(app, url: str, **kwargs) -> httpx.Response:
 
 
 def test_the_admin_stylesheet_is_served_from_the_collected_files(collected):
-    app = static_files_app(django_asgi_app)
+    app = static_files_app(PooledHTTP())
 
     response = asgi_get(app, "/static/admin/css/base.css")
 
@@ -48,7 +49,7 @@ def test_the_admin_stylesheet_is_served_from_the_collected_files(collected):
 
 @pytest.mark.django_db
 def test_every_asset_of_the_swagger_page_is_served(collected):
-    app = static_files_app(django_asgi_app)
+    app = static_files_app(PooledHTTP())
     page = asgi_get(app, "/api/docs/")
     assert page.status_code == 200
 
@@ -61,7 +62,7 @@ def test_every_asset_of_the_swagger_page_is_served(collected):
 def test_without_collected_files_nothing_is_served_and_the_log_says_why(settings, tmp_path, caplog):
     settings.STATIC_ROOT = tmp_path / "empty"
 
-    app = static_files_app(django_asgi_app)
+    app = static_files_app(PooledHTTP())
 
     assert asgi_get(app, "/static/admin/css/base.css").status_code == 404
     assert "run manage.py collectstatic" in caplog.text
@@ -70,7 +71,7 @@ def test_without_collected_files_nothing_is_served_and_the_log_says_why(settings
 @pytest.mark.django_db(transaction=True)  # Django's ASGI handler closes the connection per request
 def test_the_api_answers_through_the_same_application(collected, topic):
     _, token = access_key_create(name="owner", is_admin=True)
-    app = static_files_app(django_asgi_app)
+    app = static_files_app(PooledHTTP())
     bearer = {"Authorization": f"Bearer {token}"}
 
     listed = asgi_get(app, "/api/v1/topics", headers=bearer)

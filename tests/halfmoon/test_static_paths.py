@@ -15,7 +15,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import call_command
 
-from halfmoon.asgi import django_asgi_app, static_files_app
+from halfmoon.asgi import static_files_app
+from halfmoon.serving import PooledHTTP
 from tests.api_helpers import SNAKE_CASE
 
 HOSTILE = [
@@ -83,7 +84,7 @@ def static_app(request, settings, collected):
     """The production app (files listed once at start) and the DEBUG one (looked up on each
     request, servestatic's autorefresh), both answering with DEBUG off."""
     settings.DEBUG = request.param == "autorefresh"
-    app = static_files_app(django_asgi_app)
+    app = static_files_app(PooledHTTP())
     settings.DEBUG = False
     return app
 
