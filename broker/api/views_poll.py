@@ -56,13 +56,15 @@ class LongPoll:
 
     ``fetch``: one database try, returning the serialized items found (empty: nothing yet);
     ``body``: the answer's body for the items of the last try; ``wait_ms``: the longest wait
-    (ms, the request's); ``channel``: its wake-up channel (``broker.services.wakeups``).
+    (ms, the request's); ``channel``: its wake-up channel (``broker.services.wakeups``);
+    ``key``: who competes for the same items (``PollContinuation.key``).
     """
 
     fetch: Callable[[], list[Any]]
     body: Callable[[list[Any]], dict[str, Any]]
     wait_ms: int
     channel: str
+    key: str
 
 
 class LongPollResponse(Response):
@@ -119,6 +121,7 @@ def _first_read(
             channel=poll.channel,
             deadline=deadline,
             generation=generation,
+            key=poll.key,
         )
     return found
 
@@ -184,6 +187,7 @@ class CheckRequestsView(LongPollAPIView):
                 body=lambda found: {"check_requests": found},
                 wait_ms=query["wait_ms"],
                 channel=check_requests_channel(name),
+                key=name,
             )
         )
 
@@ -213,5 +217,6 @@ class ReceiveView(LongPollAPIView):
                 body=lambda found: {"messages": found},
                 wait_ms=data["wait_ms"],
                 channel=topic_channel(data["topic"]),
+                key=group,
             )
         )

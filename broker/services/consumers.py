@@ -99,6 +99,25 @@ def _consumer_group_get(name: str) -> ConsumerGroup:
     return first_or_not_found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
 
 
+def _queues_with_messages(topic: str, offsets: list[ConsumerOffset]) -> set[int]:
+    """The queue ids among ``offsets`` holding a message of ``topic`` at or past the group's
+    offset: one statement for all the queues (a ``LIMIT 1`` probe of the unique (topic,
+    queue_id, queue_offset) index per queue, ``UNION ALL``), so a receive reads messages only
+    from the queues that have some; an idle topic costs one probe, not one read per queue."""
+    if not offsets:
+        return set()
+    probes = [
+        Message.objects.filter(
+            topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
+        )
+        .order_by("queue_offset")
+        .values_list("queue_id", flat=True)[:1]
+        for offset in offsets
+    ]
+    first, *rest = probes
+    return set(first.union(*rest, all=True)) if rest else set(first)
+
+
 def messages_receive(
     *, consumer_group: str, topic: str, max_messages: int, invisible_duration_ms: int
 ) -> list[Received]:
@@ -166,10 +185,13 @@ def messages_receive(
                 )
             )
             random.shuffle(offsets)  # no queue starves the others when max_messages is small
+            pending = _queues_with_messages(topic, offsets)
             for offset in offsets:
                 want = max_messages - len(out)
                 if want <= 0:
                     break
+                if offset.queue_id not in pending:
+                    continue
                 batch = list(
                     Message.objects.filter(
                         topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset

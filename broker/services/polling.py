@@ -83,13 +83,16 @@ class PollContinuation:
     connection given back). ``channel``: the wake-up channel; ``deadline``: when the wait
     ends (``time.monotonic()`` seconds: the request's arrival plus its ``wait_ms``);
     ``generation``: the hub's ``WakeupHub.generation`` of ``channel`` taken before the first
-    read (None: the hub was not subscribed then).
+    read (None: the hub was not subscribed then); ``key``: who competes for the same items
+    (the consumer group of a receive, the producer group of a check-requests poll): the hub
+    wakes one waiter per key (``WakeupHub``).
     """
 
     retry: Callable[[], Any | None]
     channel: str
     deadline: float
     generation: tuple[int, int] | None
+    key: str
 
 
 async def poll_continue(
@@ -107,7 +110,7 @@ async def poll_continue(
     channel's generation then differs from the one taken before that read, and the read is made
     again at once.
     """
-    with hub.listen(continuation.channel) as listener:
+    with hub.listen(continuation.channel, continuation.key) as listener:
         generation = hub.generation(continuation.channel)
         if generation is None or generation != continuation.generation:
             listener.event.set()
@@ -120,4 +123,5 @@ async def poll_continue(
                 return None
             answer = await in_thread(continuation.retry)
             if answer is not None:
+                listener.answered = True  # the wake-up goes on to another waiter of the key
                 return answer

@@ -238,13 +238,17 @@ class Listener:
     """One asyncio waiter of a ``WakeupHub``; use as a context manager (``WakeupHub.listen``).
 
     A wake-up that arrives while the caller is not waiting (e.g. during a database read) is
-    kept: the next ``wait`` returns at once.
+    kept: the next ``wait`` returns at once. ``key`` names the waiters that compete for the
+    same items (the consumer group of a receive, the producer group of a check-requests poll):
+    see ``WakeupHub``. Set ``answered`` when the read after a wake-up found something.
     """
 
-    def __init__(self, hub: WakeupHub, channel: str) -> None:
+    def __init__(self, hub: WakeupHub, channel: str, key: str) -> None:
         self.hub = hub
         self.channel = channel
+        self.key = key
         self.event = asyncio.Event()
+        self.answered = False
 
     def recheck_s(self) -> float:
         """The longest wait before the next database read: ``HELD_RECHECK_S`` while the hub is
@@ -270,12 +274,21 @@ class Listener:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.hub._remove(self)
+        # A wake-up not yet read for (its wait ended first) or one that found something (more
+        # may have come with it) goes on to another waiter of the same key.
+        self.hub._remove(self, pass_on=self.answered or self.event.is_set())
 
 
 class WakeupHub:
     """One Redis pub/sub connection for every waiter of an event loop: ``PSUBSCRIBE
     halfmoon:wakeup:<db>:*``, each notification setting the events of its channel's waiters.
+
+    One wake-up per key, not per waiter: of the waiters of a channel that compete for the same
+    items (one ``key``: the same consumer group on a topic), one is woken, unless one of them
+    has a wake-up it has not read for yet; the others would only find what the first took.
+    A waiter that leaves with an unread wake-up, or whose read found something (a commit may
+    have made several messages visible), passes the wake-up on to another waiter of its key.
+    Every process subscribed wakes one waiter per key.
 
     The subscriber task starts with the first ``listen`` and keeps the subscription while
     the loop runs (a wake-up costs each process one small read, waiters or not); when Redis is
@@ -287,7 +300,7 @@ class WakeupHub:
         self.url = url
         self.pattern = f"{_channel_prefix()}*"
         self.subscribed = asyncio.Event()
-        self._waiters: dict[str, set[Listener]] = {}
+        self._waiters: dict[str, dict[Listener, None]] = {}  # per channel, in arrival order
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         # Wake-ups seen per channel since the subscription began, and how many subscriptions
@@ -300,11 +313,12 @@ class WakeupHub:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def listen(self, channel: str) -> Listener:
-        """A waiter on ``channel``; register it (``with``) before reading the database, or
-        compare ``generation`` from before the read with the one after registering."""
+    def listen(self, channel: str, key: str | None = None) -> Listener:
+        """A waiter on ``channel`` competing with the waiters of ``key`` (default: the
+        channel); register it (``with``) before reading the database, or compare
+        ``generation`` from before the read with the one after registering."""
         self.start()
-        return Listener(self, channel)
+        return Listener(self, channel, channel if key is None else key)
 
     def generation(self, channel: str) -> tuple[int, int] | None:
         """Which wake-ups of ``channel`` this hub has seen: (subscription number, wake-ups
@@ -322,19 +336,40 @@ class WakeupHub:
         return sum(len(listeners) for listeners in self._waiters.values())
 
     def _add(self, listener: Listener) -> None:
-        self._waiters.setdefault(listener.channel, set()).add(listener)
+        self._waiters.setdefault(listener.channel, {})[listener] = None
 
-    def _remove(self, listener: Listener) -> None:
+    def _remove(self, listener: Listener, *, pass_on: bool = False) -> None:
         listeners = self._waiters.get(listener.channel)
-        if listeners is not None:
-            listeners.discard(listener)
-            if not listeners:
-                del self._waiters[listener.channel]
+        if listeners is None:
+            return
+        listeners.pop(listener, None)
+        if not listeners:
+            del self._waiters[listener.channel]
+        elif pass_on:
+            self._wake_keys(listeners, {listener.key})
 
     def _wake(self, channel: str) -> None:
         self._seen[channel] = self._seen.get(channel, 0) + 1
-        for listener in self._waiters.get(channel, ()):
-            listener.event.set()
+        listeners = self._waiters.get(channel)
+        if listeners:
+            self._wake_keys(listeners, None)
+
+    @staticmethod
+    def _wake_keys(listeners: dict[Listener, None], keys: set[str] | None) -> None:
+        """Wake the longest-registered waiter of each key (of ``keys``; None: every key) among
+        ``listeners`` unless one of that key already has an unread wake-up."""
+        first: dict[str, Listener] = {}
+        woken: set[str] = set()
+        for listener in listeners:
+            if keys is not None and listener.key not in keys:
+                continue
+            if listener.event.is_set():
+                woken.add(listener.key)
+            else:
+                first.setdefault(listener.key, listener)
+        for key, listener in first.items():
+            if key not in woken:
+                listener.event.set()
 
     def _wake_all(self) -> None:
         for listeners in self._waiters.values():

@@ -250,6 +250,7 @@ class LongPollWSGI:
             channel=CHANNEL,
             deadline=time.monotonic() + self.wait_s,
             generation=generation,
+            key="G",
         )
         start_response(
             "200 OK",

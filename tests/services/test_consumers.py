@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from broker.constants import (
     PROPERTY_DELIVERY_ATTEMPT,
@@ -238,6 +239,25 @@ def test_messages_sent_later_are_received_later(orders):
     second = _send("Orders", 3, prefix="b")
     got = _receive_all("C1", "Orders")
     assert sorted(r.message.msg_id for r in got) == sorted(m.msg_id for m in second)
+
+
+def test_a_receive_probes_every_queue_in_one_statement_and_reads_only_those_with_messages(orders):
+    """Orders has 3 queues: an idle receive reads broker_message once (the probe), not once per
+    queue; with a message in one queue, it reads that queue's batch and no other."""
+    consumer_group_create(name="C1")
+
+    def message_reads() -> tuple[list, int]:
+        with CaptureQueriesContext(connection) as queries:
+            got = _receive("C1", "Orders")
+        reads = [q["sql"] for q in queries.captured_queries if 'FROM "broker_message"' in q["sql"]]
+        return got, len(reads)
+
+    assert message_reads() == ([], 1)
+    sent = message_send(topic="Orders", body=b"x")
+    got, reads = message_reads()
+    assert [r.message.msg_id for r in got] == [sent.msg_id]
+    assert reads == 2  # the probe, then that queue's batch
+    assert message_reads() == ([], 1)
 
 
 # --- Through the API --------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""``broker.services.wakeups.WakeupHub``: one wake-up per key of competing waiters, not one per
+waiter, and a wake-up never dropped: passed on when its waiter leaves without reading for it or
+found something. Against the real Redis (the test settings' ``REDIS_URL``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from broker.services.wakeups import Listener, WakeupHub, topic_channel, wakeup_publish
+
+CHANNEL = topic_channel("HubTest")
+
+
+def run(scenario: Callable[[WakeupHub], Awaitable[Any]]) -> Any:
+    """Run ``scenario(hub)`` on a subscribed hub of its own event loop, then close the hub."""
+
+    async def main() -> Any:
+        hub = WakeupHub(settings.REDIS_URL)
+        hub.start()
+        await asyncio.wait_for(hub.subscribed.wait(), 5)
+        try:
+            return await scenario(hub)
+        finally:
+            await hub.close()
+
+    return asyncio.run(main())
+
+
+async def published(hub: WakeupHub) -> None:
+    """Publish one wake-up on CHANNEL and return once the hub has seen it."""
+    before = hub.generation(CHANNEL)
+    await asyncio.to_thread(wakeup_publish, [CHANNEL])
+    for _ in range(500):
+        if hub.generation(CHANNEL) != before:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the hub never saw the wake-up")
+
+
+def woken(listeners: list[Listener]) -> list[bool]:
+    return [listener.event.is_set() for listener in listeners]
+
+
+@pytest.fixture(autouse=True)
+def _redis(settings):
+    return settings.REDIS_URL
+
+
+def test_a_wakeup_wakes_one_waiter_per_key_the_longest_waiting():
+    async def scenario(hub: WakeupHub) -> tuple[list[bool], list[bool]]:
+        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
+        b = [hub.listen(CHANNEL, "B") for _ in range(2)]
+        for listener in a + b:
+            listener.__enter__()
+        await published(hub)
+        return woken(a), woken(b)
+
+    assert run(scenario) == ([True, False, False], [True, False])
+
+
+def test_a_second_wakeup_while_one_is_unread_wakes_nobody_more():
+    async def scenario(hub: WakeupHub) -> list[bool]:
+        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
+        for listener in a:
+            listener.__enter__()
+        await published(hub)
+        await published(hub)
+        return woken(a)
+
+    assert run(scenario) == [True, False, False]
+
+
+def test_a_waiter_leaving_with_an_unread_wakeup_passes_it_on():
+    async def scenario(hub: WakeupHub) -> list[bool]:
+        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
+        with first:
+            second.__enter__()
+            await published(hub)
+            assert woken([first, second]) == [True, False]
+        return woken([second])  # first left (its wait_ms ran out) before reading
+
+    assert run(scenario) == [True]
+
+
+def test_a_waiter_whose_read_found_something_passes_the_wakeup_on():
+    async def scenario(hub: WakeupHub) -> list[bool]:
+        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
+        with first:
+            second.__enter__()
+            await published(hub)
+            assert await first.wait(1)  # read for it ...
+            first.answered = True  # ... and found something: more may have come with it
+        return woken([second])
+
+    assert run(scenario) == [True]
+
+
+def test_a_waiter_whose_read_found_nothing_passes_nothing_on():
+    async def scenario(hub: WakeupHub) -> list[bool]:
+        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
+        with first:
+            second.__enter__()
+            await published(hub)
+            assert await first.wait(1)  # read, found nothing (another process took it), left
+        return woken([second])
+
+    assert run(scenario) == [False]
+
+
+def test_after_redis_came_back_every_waiter_is_woken():
+    """Notifications may have been missed while Redis was away: no key is trusted then."""
+
+    async def scenario(hub: WakeupHub) -> list[bool]:
+        a = [hub.listen(CHANNEL, "A") for _ in range(2)]
+        for listener in a:
+            listener.__enter__()
+        hub._wake_all()
+        return woken(a)
+
+    assert run(scenario) == [True, True]
