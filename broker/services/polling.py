@@ -100,8 +100,8 @@ async def poll_continue(
     hub: WakeupHub,
     in_thread: Callable[[Callable[[], Any | None]], Awaitable[Any | None]],
 ) -> Any | None:
-    """Wait for ``continuation`` in the event loop: on each wake-up of its channel (and at the
-    latest every ``listener.recheck_s()``: 5 s subscribed, 1 s while Redis is away) run its
+    """Wait for ``continuation`` in the event loop: on each wake-up of its channel (a commit,
+    or the hub's re-check tick; every 1 s on its own while Redis is away) run its
     ``retry`` through ``in_thread`` (one hop to a server thread), until a retry answers or the
     deadline passes. Returns the retry's answer, or None at the deadline (the first read's
     empty answer stands). As ``poll_until``, no read at the deadline without a wake-up.

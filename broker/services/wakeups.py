@@ -16,10 +16,11 @@ collected and sent in one pipelined round trip, whatever the number of messages.
 (an expired ``invisible_duration_ms``) publishes nothing: waiters find it at their next
 re-check (``HELD_RECHECK_S``, 5 s, as RocketMQ's ``PullRequestHoldService``).
 
-Waiting: under ASGI, one ``WakeupHub`` per event loop (one per uvicorn worker process) holds
-ONE Redis connection pattern-subscribed to every wake-up channel and fans each notification
-out to the asyncio waiters of its channel; under WSGI each waiter subscribes with its own
-connection (``SyncListener``; WSGI holds a thread per request anyway).
+Waiting: as ``halfmoon.serving`` serves long polls, one ``WakeupHub`` per event loop (one per
+uvicorn worker process) holds ONE Redis connection pattern-subscribed to every wake-up channel
+and fans each notification out to the asyncio waiters of its channel, one per consumer group
+(``WakeupHub``); under another WSGI server each waiter subscribes with its own connection
+(``SyncListener``; WSGI holds a thread per request anyway).
 
 Best effort: while Redis is away publishing is skipped (a warning once, another when it is
 back) and waiters fall back to re-checking every ``FALLBACK_RECHECK_S``; a message is never
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 import weakref
@@ -251,9 +253,10 @@ class Listener:
         self.answered = False
 
     def recheck_s(self) -> float:
-        """The longest wait before the next database read: ``HELD_RECHECK_S`` while the hub is
-        subscribed, ``FALLBACK_RECHECK_S`` while Redis is away (seconds)."""
-        return HELD_RECHECK_S if self.hub.subscribed.is_set() else FALLBACK_RECHECK_S
+        """The longest wait before the next database read (seconds): unbounded while the hub is
+        subscribed (its re-check tick wakes one waiter per key every ``HELD_RECHECK_S``),
+        ``FALLBACK_RECHECK_S`` while Redis is away."""
+        return math.inf if self.hub.subscribed.is_set() else FALLBACK_RECHECK_S
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait for a wake-up on the channel, at most ``timeout_s`` seconds; True if woken."""
@@ -290,6 +293,12 @@ class WakeupHub:
     have made several messages visible), passes the wake-up on to another waiter of its key.
     Every process subscribed wakes one waiter per key.
 
+    What publishes nothing (a redelivery after ``invisible_duration_ms``) is re-checked the same
+    way: every ``HELD_RECHECK_S`` while subscribed, the hub wakes one waiter per key of every
+    channel (RocketMQ's ``PullRequestHoldService`` re-checks its held pulls every 5 s), so
+    hundreds of waiters of one consumer group cost the database one read per 5 s, not hundreds.
+    While Redis is away every waiter re-checks on its own every ``FALLBACK_RECHECK_S``.
+
     The subscriber task starts with the first ``listen`` and keeps the subscription while
     the loop runs (a wake-up costs each process one small read, waiters or not); when Redis is
     away it reconnects every ``FALLBACK_RECHECK_S`` and, once back, wakes every waiter
@@ -302,6 +311,7 @@ class WakeupHub:
         self.subscribed = asyncio.Event()
         self._waiters: dict[str, dict[Listener, None]] = {}  # per channel, in arrival order
         self._task: asyncio.Task[None] | None = None
+        self._tick: asyncio.Task[None] | None = None
         self._failing = False
         # Wake-ups seen per channel since the subscription began, and how many subscriptions
         # began (``generation``): one entry per topic or producer group ever woken.
@@ -309,9 +319,19 @@ class WakeupHub:
         self._subscriptions = 0
 
     def start(self) -> None:
-        """Start the subscriber task if it is not running (from the hub's event loop)."""
+        """Start the subscriber and re-check tasks if they are not running (from the hub's
+        event loop)."""
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._tick is None or self._tick.done():
+            self._tick = asyncio.get_running_loop().create_task(self._recheck())
+
+    async def _recheck(self) -> None:
+        while True:
+            await asyncio.sleep(HELD_RECHECK_S)
+            if self.subscribed.is_set():
+                for listeners in list(self._waiters.values()):
+                    self._wake_keys(listeners, None)
 
     def listen(self, channel: str, key: str | None = None) -> Listener:
         """A waiter on ``channel`` competing with the waiters of ``key`` (default: the
@@ -396,6 +416,7 @@ class WakeupHub:
                         self._wake(message["channel"])
             except (RedisError, OSError) as exc:
                 self.subscribed.clear()
+                self._wake_all()  # each re-checks, then on its own every FALLBACK_RECHECK_S
                 if not self._failing:
                     self._failing = True
                     logger.warning(
@@ -413,12 +434,13 @@ class WakeupHub:
             await asyncio.sleep(FALLBACK_RECHECK_S)
 
     async def close(self) -> None:
-        """Stop the subscriber task and close its connection."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the subscriber and re-check tasks and close the connection."""
+        for task in (self._task, self._tick):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._tick = None
         self.subscribed.clear()
 
 

@@ -5,12 +5,14 @@ found something. Against the real Redis (the test settings' ``REDIS_URL``)."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from django.conf import settings
 
+from broker.services import wakeups
 from broker.services.wakeups import Listener, WakeupHub, topic_channel, wakeup_publish
 
 CHANNEL = topic_channel("HubTest")
@@ -123,3 +125,23 @@ def test_after_redis_came_back_every_waiter_is_woken():
         return woken(a)
 
     assert run(scenario) == [True, True]
+
+
+def test_the_recheck_tick_wakes_one_waiter_per_key_not_every_waiter(monkeypatch):
+    """Redeliveries publish nothing: every HELD_RECHECK_S the hub wakes one waiter per key of
+    every channel (one read per consumer group, not one per waiter); a waiter's own timeout is
+    its deadline while the hub is subscribed."""
+    monkeypatch.setattr(wakeups, "HELD_RECHECK_S", 0.2)
+
+    async def scenario(hub: WakeupHub) -> tuple[list[bool], list[bool], float]:
+        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
+        b = [hub.listen(topic_channel("OtherHubTest"), "B") for _ in range(2)]
+        for listener in a + b:
+            listener.__enter__()
+        await asyncio.sleep(0.5)
+        return woken(a), woken(b), a[0].recheck_s()
+
+    a, b, recheck_s = run(scenario)
+
+    assert (a, b) == ([True, False, False], [True, False])
+    assert recheck_s == math.inf
