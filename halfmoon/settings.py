@@ -172,9 +172,9 @@ elif _db["ENGINE"] == "django.db.backends.postgresql":
         }
     _db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
 DATABASES = {"default": _db}
-# Threads per web process serving the sync views (every view but the long polls) through
-# Django's WSGI handler (halfmoon.serving): at most that many requests per process run, and hold
-# a database connection, at once.
+# Threads per web process serving the views (every HTTP request; a long poll's wait is in the
+# event loop) through Django's WSGI handler (halfmoon.serving): at most that many requests per
+# process run, and hold a database connection, at once.
 HALFMOON_WEB_THREADS = env_int("HALFMOON_WEB_THREADS", 4, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

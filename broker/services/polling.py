@@ -2,9 +2,9 @@
 as ``halfmoon.serving`` serves them, without holding a thread (``broker.services.wakeups``).
 
 A long poll reads the database, and while it finds nothing waits for a wake-up on its channel
-(published after a commit made something visible), re-reading at the latest every
-``HELD_RECHECK_S`` (5 s: redeliveries publish nothing) while subscribed, every
-``FALLBACK_RECHECK_S`` (1 s) while Redis is away, never past ``wait_ms``.
+(published after a commit made something visible, or the re-check every ``HELD_RECHECK_S``,
+5 s, for redeliveries, which publish nothing), every ``FALLBACK_RECHECK_S`` (1 s) while Redis
+is away, never past ``wait_ms``.
 """
 
 from __future__ import annotations

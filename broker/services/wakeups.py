@@ -50,11 +50,10 @@ logger = logging.getLogger("halfmoon.wakeups")
 
 FALLBACK_RECHECK_S = 1.0  # longest a waiter sleeps without a wake-up while Redis is away
 HELD_RECHECK_S = 5.0
-"""Longest a waiter sleeps without a wake-up while its subscription is up: what it re-reads
-for is only what publishes nothing (a redelivery after ``invisible_duration_ms``). RocketMQ's
-``PullRequestHoldService`` re-checks its held pull requests every 5 s the same way, beside the
-message-arrival notification; hundreds of waiters cost the database a read each per 5 s, not
-per second."""
+"""How often what publishes nothing (a redelivery after ``invisible_duration_ms``) is re-read
+for while subscribed: a ``SyncListener`` waits at most this long; a ``WakeupHub`` wakes one
+waiter per key this often. RocketMQ's ``PullRequestHoldService`` re-checks its held pull
+requests every 5 s the same way, beside the message-arrival notification."""
 PUBLISH_RETRY_S = 1.0  # after a failed publish, commits skip publishing this long
 REDIS_TIMEOUT_S = 0.5  # connect and socket timeout of the publisher: bounds a commit's delay
 _PREFIX = "halfmoon:wakeup:"
