@@ -20,6 +20,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from broker.constants import (
     PROPERTY_DELIVERY_ATTEMPT,
@@ -101,21 +102,19 @@ def _consumer_group_get(name: str) -> ConsumerGroup:
 
 def _queues_with_messages(topic: str, offsets: list[ConsumerOffset]) -> set[int]:
     """The queue ids among ``offsets`` holding a message of ``topic`` at or past the group's
-    offset: one statement for all the queues (a ``LIMIT 1`` probe of the unique (topic,
-    queue_id, queue_offset) index per queue, ``UNION ALL``), so a receive reads messages only
-    from the queues that have some; an idle topic costs one probe, not one read per queue."""
+    offset: one statement for all the queues (an ``EXISTS`` probe of the unique (topic,
+    queue_id, queue_offset) index per offset row), so a receive reads messages only from the
+    queues that have some; an idle topic costs one probe, not one read per queue."""
     if not offsets:
         return set()
-    probes = [
-        Message.objects.filter(
-            topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
-        )
-        .order_by("queue_offset")
-        .values_list("queue_id", flat=True)[:1]
-        for offset in offsets
-    ]
-    first, *rest = probes
-    return set(first.union(*rest, all=True)) if rest else set(first)
+    waiting = Message.objects.filter(
+        topic=topic, queue_id=OuterRef("queue_id"), queue_offset__gte=OuterRef("offset")
+    )
+    return set(
+        ConsumerOffset.objects.filter(pk__in=[offset.pk for offset in offsets])
+        .filter(Exists(waiting))
+        .values_list("queue_id", flat=True)
+    )
 
 
 def messages_receive(

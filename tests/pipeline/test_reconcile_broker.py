@@ -15,6 +15,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.db.models import Max
 
 from broker.constants import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from broker.models import (
@@ -37,7 +38,8 @@ from tasks.pipeline import archive_export, reconcile
 from tests.api_helpers import ack, end, key_client, post, receive, send_half
 
 TOPIC = "Orders"
-SETTLE_WAIT_S = 2.6  # settle_ms of the settings below (2,300 ms), plus a segment closing
+SETTLE_MS = 2_300  # settle_ms of the settings below
+SEGMENT_MS = 1_000  # HALFMOON_ARCHIVE_SEGMENT_MS below
 
 
 @pytest.fixture
@@ -134,9 +136,19 @@ def traffic(broker):
 
 
 def _archive_all() -> None:
-    """Wait until every row is in a closed segment and past the settle time, then run the
-    beat's archive export."""
-    time.sleep(SETTLE_WAIT_S)
+    """Wait until every row is in a closed segment and every half message is older than the
+    default window's end, then run the beat's archive export.
+
+    The window ends settle_ms before as_of, and as_of is the end of the last closed segment:
+    up to a segment before now. So the newest half message must be settle_ms plus a segment
+    old (and a margin) when the export runs, or a fast run of the traffic leaves the newest
+    transactions outside the window (seen: 6 of 20 judged). Waited from the newest message of
+    any kind, or from now if later."""
+    newest = max(
+        Message.objects.aggregate(at=Max("store_timestamp"))["at"] or 0,
+        int(time.time() * 1000),
+    )
+    time.sleep(max(0.0, (newest + SETTLE_MS + SEGMENT_MS + 200) / 1000 - time.time()))
     assert archive_export() >= 1
     assert not ArchiveSegment.objects.filter(end_timestamp__gt=time.time() * 1000).exists()
 
