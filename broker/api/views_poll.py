@@ -142,8 +142,7 @@ def _retry(response: LongPollResponse) -> HttpResponseBase | None:
     finally:
         release_connection()
     if isinstance(answer, SimpleTemplateResponse):
-        answer._is_rendered = False  # the first read's answer was rendered with no items
-        answer.render()
+        answer.content = answer.rendered_content  # the first read's was rendered with no items
     return answer
 
 

@@ -6,14 +6,15 @@ hop each (``PollContinuation``, against the real Redis)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 
@@ -259,11 +260,16 @@ class LongPollWSGI:
         return [b"[]"]
 
 
-async def _subscribed_hub() -> Any:
+@contextlib.asynccontextmanager
+async def _subscribed_hub() -> AsyncIterator[Any]:
+    """The event loop's hub, subscribed; closed at the end."""
     hub = wakeup_hub()
     hub.start()
     await asyncio.wait_for(hub.subscribed.wait(), 5)
-    return hub
+    try:
+        yield hub
+    finally:
+        await hub.close()
 
 
 async def _request(app: Any, path: str, receive: Any = never_gone) -> list[dict[str, Any]]:
@@ -287,19 +293,25 @@ async def _until(condition: Any, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-@pytest.fixture
-def redis_db(settings):
-    """The hubs and publishers of these tests on the test Redis (the real one)."""
-    return settings.REDIS_URL
+def _timed_poll(app: Any) -> tuple[list[dict[str, Any]], float]:
+    """One ``/poll`` request through ``app`` with a subscribed hub: what it sent, and how long
+    it took (s)."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        async with _subscribed_hub():
+            started = time.monotonic()
+            sent = await asyncio.wait_for(_request(app, "/poll"), 5)
+            return sent, time.monotonic() - started
+
+    return async_to_sync(scenario)()
 
 
-def test_a_long_poll_waits_holding_no_thread_and_a_wakeup_brings_its_retrys_answer(redis_db):
+def test_a_long_poll_waits_holding_no_thread_and_a_wakeup_brings_its_retrys_answer():
     wsgi = LongPollWSGI(wait_s=10)
     app = PooledHTTP(wsgi_app=wsgi, threads=1)
 
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], float]:
-        hub = await _subscribed_hub()
-        try:
+        async with _subscribed_hub() as hub:
             poll = asyncio.ensure_future(_request(app, "/poll"))
             await _until(lambda: hub.waiting() == 1)
             other = await asyncio.wait_for(_request(app, "/other"), 5)  # the one thread is free
@@ -308,8 +320,6 @@ def test_a_long_poll_waits_holding_no_thread_and_a_wakeup_brings_its_retrys_answ
             await asyncio.to_thread(wakeup_publish, [CHANNEL])
             answer = await asyncio.wait_for(poll, 5)
             return answer, other, time.monotonic() - woken
-        finally:
-            await hub.close()
 
     answer, other, after_s = async_to_sync(scenario)()
 
@@ -326,27 +336,18 @@ def test_a_long_poll_waits_holding_no_thread_and_a_wakeup_brings_its_retrys_answ
     assert after_s < 2.0  # woken, not the 5 s re-check
 
 
-def test_a_long_poll_answers_its_first_answer_at_the_deadline_without_another_read(redis_db):
+def test_a_long_poll_answers_its_first_answer_at_the_deadline_without_another_read():
     wsgi = LongPollWSGI(wait_s=0.4)
     app = PooledHTTP(wsgi_app=wsgi, threads=1)
 
-    async def scenario() -> tuple[list[dict[str, Any]], float]:
-        hub = await _subscribed_hub()
-        try:
-            started = time.monotonic()
-            sent = await asyncio.wait_for(_request(app, "/poll"), 5)
-            return sent, time.monotonic() - started
-        finally:
-            await hub.close()
-
-    (start, body), took_s = async_to_sync(scenario)()
+    (start, body), took_s = _timed_poll(app)
 
     assert (start["status"], body["body"]) == (200, b"[]")
     assert wsgi.retries == []
     assert 0.4 <= took_s < 2.0
 
 
-def test_a_wakeup_between_the_first_read_and_the_wait_is_not_missed(redis_db):
+def test_a_wakeup_between_the_first_read_and_the_wait_is_not_missed():
     """The commit's wake-up arrives after the first read but before the server waits: the
     channel's generation has moved since the read, so the server reads again at once."""
 
@@ -361,35 +362,24 @@ def test_a_wakeup_between_the_first_read_and_the_wait_is_not_missed(redis_db):
     wsgi = LongPollWSGI(wait_s=10, before_return=published_and_seen)
     app = PooledHTTP(wsgi_app=wsgi, threads=1)
 
-    async def scenario() -> tuple[list[dict[str, Any]], float]:
-        hub = await _subscribed_hub()
-        try:
-            started = time.monotonic()
-            sent = await asyncio.wait_for(_request(app, "/poll"), 5)
-            return sent, time.monotonic() - started
-        finally:
-            await hub.close()
-
-    (start, body), took_s = async_to_sync(scenario)()
+    (start, body), took_s = _timed_poll(app)
 
     assert json.loads(body["body"]) == {"found": 1}
     assert took_s < 2.0  # not the 5 s re-check
 
 
-def test_a_client_gone_while_its_long_poll_waits_gets_nothing_and_no_more_reads(redis_db):
+def test_a_client_gone_while_its_long_poll_waits_gets_nothing_and_no_more_reads():
     wsgi = LongPollWSGI(wait_s=10)
     app = PooledHTTP(wsgi_app=wsgi, threads=1)
-    gone = asyncio.Event()
-
-    async def disconnect() -> dict[str, Any]:
-        await gone.wait()
-        return {"type": "http.disconnect"}
 
     async def scenario() -> tuple[list[dict[str, Any]], int]:
-        nonlocal gone
         gone = asyncio.Event()
-        hub = await _subscribed_hub()
-        try:
+
+        async def disconnect() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async with _subscribed_hub() as hub:
             poll = asyncio.ensure_future(_request(app, "/poll", receive=disconnect))
             await _until(lambda: hub.waiting() == 1)
             gone.set()
@@ -398,8 +388,6 @@ def test_a_client_gone_while_its_long_poll_waits_gets_nothing_and_no_more_reads(
             await asyncio.to_thread(wakeup_publish, [CHANNEL])
             await asyncio.sleep(0.3)
             return sent, waiting
-        finally:
-            await hub.close()
 
     sent, waiting = async_to_sync(scenario)()
 

@@ -9,7 +9,6 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from django.conf import settings
 
 from broker.services import wakeups
@@ -48,17 +47,18 @@ def woken(listeners: list[Listener]) -> list[bool]:
     return [listener.event.is_set() for listener in listeners]
 
 
-@pytest.fixture(autouse=True)
-def _redis(settings):
-    return settings.REDIS_URL
+def listening(hub: WakeupHub, key: str, n: int, channel: str = CHANNEL) -> list[Listener]:
+    """``n`` waiters of ``key`` on ``channel``, registered in that order (leave one with
+    ``__exit__``, as the end of its ``with`` block would)."""
+    listeners = [hub.listen(channel, key) for _ in range(n)]
+    for listener in listeners:
+        listener.__enter__()
+    return listeners
 
 
 def test_a_wakeup_wakes_one_waiter_per_key_the_longest_waiting():
     async def scenario(hub: WakeupHub) -> tuple[list[bool], list[bool]]:
-        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
-        b = [hub.listen(CHANNEL, "B") for _ in range(2)]
-        for listener in a + b:
-            listener.__enter__()
+        a, b = listening(hub, "A", 3), listening(hub, "B", 2)
         await published(hub)
         return woken(a), woken(b)
 
@@ -67,9 +67,7 @@ def test_a_wakeup_wakes_one_waiter_per_key_the_longest_waiting():
 
 def test_a_second_wakeup_while_one_is_unread_wakes_nobody_more():
     async def scenario(hub: WakeupHub) -> list[bool]:
-        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
-        for listener in a:
-            listener.__enter__()
+        a = listening(hub, "A", 3)
         await published(hub)
         await published(hub)
         return woken(a)
@@ -79,24 +77,22 @@ def test_a_second_wakeup_while_one_is_unread_wakes_nobody_more():
 
 def test_a_waiter_leaving_with_an_unread_wakeup_passes_it_on():
     async def scenario(hub: WakeupHub) -> list[bool]:
-        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
-        with first:
-            second.__enter__()
-            await published(hub)
-            assert woken([first, second]) == [True, False]
-        return woken([second])  # first left (its wait_ms ran out) before reading
+        first, second = listening(hub, "A", 2)
+        await published(hub)
+        assert woken([first, second]) == [True, False]
+        first.__exit__(None, None, None)  # its wait_ms ran out before it read
+        return woken([second])
 
     assert run(scenario) == [True]
 
 
 def test_a_waiter_whose_read_found_something_passes_the_wakeup_on():
     async def scenario(hub: WakeupHub) -> list[bool]:
-        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
-        with first:
-            second.__enter__()
-            await published(hub)
-            assert await first.wait(1)  # read for it ...
-            first.answered = True  # ... and found something: more may have come with it
+        first, second = listening(hub, "A", 2)
+        await published(hub)
+        assert await first.wait(1)  # read for it ...
+        first.answered = True  # ... and found something: more may have come with it
+        first.__exit__(None, None, None)
         return woken([second])
 
     assert run(scenario) == [True]
@@ -104,11 +100,10 @@ def test_a_waiter_whose_read_found_something_passes_the_wakeup_on():
 
 def test_a_waiter_whose_read_found_nothing_passes_nothing_on():
     async def scenario(hub: WakeupHub) -> list[bool]:
-        first, second = hub.listen(CHANNEL, "A"), hub.listen(CHANNEL, "A")
-        with first:
-            second.__enter__()
-            await published(hub)
-            assert await first.wait(1)  # read, found nothing (another process took it), left
+        first, second = listening(hub, "A", 2)
+        await published(hub)
+        assert await first.wait(1)  # read, found nothing (another process took it) ...
+        first.__exit__(None, None, None)  # ... and left
         return woken([second])
 
     assert run(scenario) == [False]
@@ -118,9 +113,7 @@ def test_after_redis_came_back_every_waiter_is_woken():
     """Notifications may have been missed while Redis was away: no key is trusted then."""
 
     async def scenario(hub: WakeupHub) -> list[bool]:
-        a = [hub.listen(CHANNEL, "A") for _ in range(2)]
-        for listener in a:
-            listener.__enter__()
+        a = listening(hub, "A", 2)
         hub._wake_all()
         return woken(a)
 
@@ -134,10 +127,8 @@ def test_the_recheck_tick_wakes_one_waiter_per_key_not_every_waiter(monkeypatch)
     monkeypatch.setattr(wakeups, "HELD_RECHECK_S", 0.2)
 
     async def scenario(hub: WakeupHub) -> tuple[list[bool], list[bool], float]:
-        a = [hub.listen(CHANNEL, "A") for _ in range(3)]
-        b = [hub.listen(topic_channel("OtherHubTest"), "B") for _ in range(2)]
-        for listener in a + b:
-            listener.__enter__()
+        a = listening(hub, "A", 3)
+        b = listening(hub, "B", 2, channel=topic_channel("OtherHubTest"))
         await asyncio.sleep(0.5)
         return woken(a), woken(b), a[0].recheck_s()
 
