@@ -119,6 +119,13 @@ def test_redis_away_sends_and_ends_still_work_and_checks_resume(tmp_path: Path) 
             left, took = _timed(_send, client)
             assert left.status_code == 201 and took < ANSWER_S, (left.text, took)
             left_id = left.json()["transaction_id"]
+            # The feed's events go out from a publisher thread after a short linger: its first
+            # failed publish, and its warning, may come some time after the sends answered.
+            stack.wait_until(
+                "the web process saying the feed's events are dropped",
+                lambda: "events are dropped while the channel layer (Redis)" in stack.web_logs(),
+                timeout_s=30,
+            )
 
             redis_server.start()
             # Celery's worker dies when Redis goes away while it holds an unacknowledged task
