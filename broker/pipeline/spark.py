@@ -41,7 +41,7 @@ _DEFAULT_CONF = {
     # without whole-stage codegen (its expressions still generated, in small methods). The
     # facts' derivation (a 12-15 KB method) otherwise fell to the interpreter when C1 gave up
     # on it ("out of virtual registers") and C2 ran out of nodes or deoptimized it: the same
-    # 10M run took 103-140 s for the facts depending on what the JIT did, 114 s steadily
+    # 10M run took 103-167 s for the facts depending on what the JIT did, 110-120 s
     # with this (docs/reconciliation.md, "What it costs").
     "spark.sql.codegen.hugeMethodLimit": "8000",
     # A rename is the commit of a segment: Spark's own _SUCCESS, no summary files.
