@@ -62,9 +62,16 @@ EVENT_KINDS = ("check_sent", "check_undelivered", "discarded", "resumed", "end_r
 LATE_END_ACTORS = ("producer", "check")
 # How many transaction ids a bucket_mismatch anomaly lists (all are in the facts output).
 BUCKET_IDS_LISTED = 20
-# The job's shuffle partitions (adaptive execution coalesces the small ones; at 10M
-# transactions each of the 16 holds about 2M log rows).
-SHUFFLE_PARTITIONS = 16
+# The job's own Spark settings, set for its run and put back after:
+# - 16 shuffle partitions (adaptive execution coalesces the small ones; at 10M transactions
+#   each of the 16 holds about 2M log rows);
+# - adaptive execution may join a shuffled partition through a hash table of its smaller side
+#   up to 256 MB instead of sorting both sides (the buckets' set difference: 10M transaction
+#   ids against 10M at 10M transactions; Spark's default, 0, always sorts).
+JOB_CONF = {
+    "spark.sql.shuffle.partitions": "16",
+    "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "256MB",
+}
 
 OUTPUT_PARTS = ("facts", "anomalies", "buckets", "analytics")
 STATES = ("PREPARED", "COMMITTED", "ROLLED_BACK", "DISCARDED")
@@ -113,6 +120,18 @@ FACT_COLUMNS = (
     "refused_ends",
     "check_events",
 )
+
+# Parquet writer settings of facts/ (parquet-mr's, per column after '#'). Every transaction id
+# and msg_id is distinct: a dictionary for them only fills up and is thrown away (the writer
+# falls back to plain encoding) after costing a hash lookup per value; and the per-page size
+# statistics (parquet-mr 1.15+: level histograms per page, which Spark's reader does not use)
+# are a count per level of every nested column. A few seconds at 10M transactions, inside
+# this VM's noise (docs/reconciliation.md, "What it costs").
+FACTS_WRITE_OPTIONS = {
+    "parquet.enable.dictionary#transaction_id": "false",
+    "parquet.enable.dictionary#msg_id": "false",
+    "parquet.size.statistics.enabled": "false",
+}
 
 ANOMALY_COLUMNS = ("kind", "transaction_id", "msg_id", "producer_group", "topic", "evidence")
 
@@ -182,13 +201,18 @@ def reconcile(
         if job_group
         else nullcontext()
     )
-    previous = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+    previous = {key: spark.conf.get(key, None) for key in JOB_CONF}
+    for key, value in JOB_CONF.items():
+        spark.conf.set(key, value)
     try:
         with context:
             return _run(spark, archive_uri, output_uri, params, max_anomalies)
     finally:
-        spark.conf.set("spark.sql.shuffle.partitions", previous)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _run(
@@ -297,13 +321,15 @@ def _facts_write(
         & (F.col("half_timestamp") < params.until_ms)
     )
     context = (F.col("delivered_in_window") > 0) | (F.size("check_events") > 0)
-    (
+    writer = (
         by_msg.withColumn("judged", judged)
         .where(F.col("judged") | context)
         .select(*FACT_COLUMNS)
         .write.mode("overwrite")
-        .parquet(facts_path)
     )
+    for key, value in FACTS_WRITE_OPTIONS.items():
+        writer = writer.option(key, value)
+    writer.parquet(facts_path)
     return group_reach
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.pipeline.reconcile import output_path, reconcile
+from broker.pipeline.reconcile import JOB_CONF, output_path, reconcile
 from broker.rules.anomalies import BUCKET_MS, HOUR_MS, AnomalyKind, ReconcileParams, settle_ms
 from tests.pipeline.archive_builder import ArchiveBuilder
 
@@ -391,3 +391,19 @@ def test_window_must_be_inside_the_archive(spark, archive):
         run(spark, archive, "bad", params(since=H1, until=H1, as_of=H2))
     with pytest.raises(ValueError):
         run(spark, archive, "bad", params(since=H1, until=H2 + 1, as_of=H2))
+
+
+def test_the_job_puts_the_sessions_settings_back(spark, archive):
+    """The pipeline worker's session outlives a run: the job's own settings (JOB_CONF) are
+    set for the run only; one the session had is restored, one it had not is unset again."""
+    shuffle = "spark.sql.shuffle.partitions"
+    hash_join = "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold"
+    assert {shuffle, hash_join} <= JOB_CONF.keys()
+    spark.conf.set(shuffle, "3")
+    spark.conf.unset(hash_join)
+    try:
+        run(spark, archive, "settings", params(since=T0, until=H1, as_of=T0 + 4 * HOUR_MS))
+        assert spark.conf.get(shuffle) == "3"
+        assert spark.conf.get(hash_join, None) is None
+    finally:
+        spark.conf.set(shuffle, "8")
