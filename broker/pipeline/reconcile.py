@@ -50,6 +50,7 @@ from broker.pipeline import analytics as analytics_mod
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.result import Anomaly, ReconcileResult
 from broker.pipeline.spark import job_group as spark_job_group
+from broker.pipeline.spark import session_conf
 from broker.rules.anomalies import BUCKET_MS, AnomalyKind, ReconcileParams, settle_ms
 
 logger = logging.getLogger(__name__)
@@ -201,18 +202,8 @@ def reconcile(
         if job_group
         else nullcontext()
     )
-    previous = {key: spark.conf.get(key, None) for key in JOB_CONF}
-    for key, value in JOB_CONF.items():
-        spark.conf.set(key, value)
-    try:
-        with context:
-            return _run(spark, archive_uri, output_uri, params, max_anomalies)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+    with session_conf(spark, JOB_CONF), context:
+        return _run(spark, archive_uri, output_uri, params, max_anomalies)
 
 
 def _run(
@@ -321,15 +312,14 @@ def _facts_write(
         & (F.col("half_timestamp") < params.until_ms)
     )
     context = (F.col("delivered_in_window") > 0) | (F.size("check_events") > 0)
-    writer = (
+    (
         by_msg.withColumn("judged", judged)
         .where(F.col("judged") | context)
         .select(*FACT_COLUMNS)
         .write.mode("overwrite")
+        .options(**FACTS_WRITE_OPTIONS)
+        .parquet(facts_path)
     )
-    for key, value in FACTS_WRITE_OPTIONS.items():
-        writer = writer.option(key, value)
-    writer.parquet(facts_path)
     return group_reach
 
 

@@ -176,3 +176,21 @@ def job_group(spark: SparkSession, group: str, description: str) -> Iterator[Non
         yield
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Run the block with the session's SQL settings ``conf`` (``{"spark.sql.shuffle.partitions":
+    "16"}``), then put back what the session had: a setting it had is restored, one it had not
+    is unset again (a long-lived worker's session keeps nothing of one job)."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

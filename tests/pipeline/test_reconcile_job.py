@@ -399,6 +399,7 @@ def test_the_job_puts_the_sessions_settings_back(spark, archive):
     shuffle = "spark.sql.shuffle.partitions"
     hash_join = "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold"
     assert {shuffle, hash_join} <= JOB_CONF.keys()
+    before = spark.conf.get(shuffle)
     spark.conf.set(shuffle, "3")
     spark.conf.unset(hash_join)
     try:
@@ -406,4 +407,4 @@ def test_the_job_puts_the_sessions_settings_back(spark, archive):
         assert spark.conf.get(shuffle) == "3"
         assert spark.conf.get(hash_join, None) is None
     finally:
-        spark.conf.set(shuffle, "8")
+        spark.conf.set(shuffle, before)
