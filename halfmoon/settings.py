@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from broker.pipeline import DRIVER_MEMORY_DEFAULT
 from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
 from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
@@ -289,7 +290,7 @@ if "://" not in HALFMOON_ARCHIVE_URI and not HALFMOON_ARCHIVE_URI.startswith("fi
 # The Spark master of the archive export and the reconciliation: local[*], local[2],
 # local-cluster[2,1,1024], spark://host:7077.
 HALFMOON_SPARK_MASTER = env_str("HALFMOON_SPARK_MASTER", "local[*]")
-HALFMOON_SPARK_DRIVER_MEMORY = env_str("HALFMOON_SPARK_DRIVER_MEMORY", "2g")
+HALFMOON_SPARK_DRIVER_MEMORY = env_str("HALFMOON_SPARK_DRIVER_MEMORY", DRIVER_MEMORY_DEFAULT)
 
 # Request bodies: a 4 MiB body is ~5.6 MB as base64, plus properties and JSON framing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = HALFMOON_SETTINGS["HALFMOON_MAX_MESSAGE_SIZE"] * 2 + 1024 * 1024

@@ -18,6 +18,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from broker.pipeline import DRIVER_MEMORY_DEFAULT
+
 _lock = threading.Lock()
 
 # The reconciliation's whole-stage generated methods (``broker.pipeline.reconcile._derive``)
@@ -75,7 +77,7 @@ def spark_session(
         master = settings.HALFMOON_SPARK_MASTER
         driver_memory = settings.HALFMOON_SPARK_DRIVER_MEMORY
     else:
-        driver_memory = os.environ.get("HALFMOON_SPARK_DRIVER_MEMORY", "2g")
+        driver_memory = os.environ.get("HALFMOON_SPARK_DRIVER_MEMORY", DRIVER_MEMORY_DEFAULT)
     with _lock:
         active = SparkSession.getActiveSession()
         if active is not None:
