@@ -6,8 +6,10 @@ queries, and nothing asks those of ids and handles (they are looked up whole, by
 btree indexes that stay); yet every insert, and every update of a transaction that is not HOT
 (a commit changes the indexed ``state``), wrote an entry into them.
 
-A later ``AlterField`` of one of these fields would make Django create its index again: drop it
-in the same migration. PostgreSQL only (SQLite has no such indexes)."""
+Dropped ``CONCURRENTLY`` (so outside a database transaction: the migration is not atomic), so a
+live broker's writes wait for no lock on these tables while it runs. A later ``AlterField`` of
+one of these fields would make Django create its index again: drop it in the same migration.
+PostgreSQL only (SQLite has no such indexes)."""
 
 from __future__ import annotations
 
@@ -23,26 +25,31 @@ LIKE_INDEXES = (
 
 
 def like_indexes_drop(apps, schema_editor) -> None:
-    """DROP INDEX IF EXISTS each of ``LIKE_INDEXES`` (PostgreSQL only)."""
+    """DROP INDEX CONCURRENTLY IF EXISTS each of ``LIKE_INDEXES`` (PostgreSQL only; outside a
+    database transaction)."""
     if schema_editor.connection.vendor != "postgresql":
         return
     for index, _table, _column in LIKE_INDEXES:
-        schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(index)}")
+        schema_editor.execute(
+            f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(index)}"
+        )
 
 
 def like_indexes_create(apps, schema_editor) -> None:
-    """Create ``LIKE_INDEXES`` again as Django had them (PostgreSQL only)."""
+    """Create ``LIKE_INDEXES`` again as Django had them, ``CONCURRENTLY`` (PostgreSQL only;
+    outside a database transaction)."""
     if schema_editor.connection.vendor != "postgresql":
         return
     quote = schema_editor.quote_name
     for index, table, column in LIKE_INDEXES:
         schema_editor.execute(
-            f"CREATE INDEX IF NOT EXISTS {quote(index)} ON {quote(table)} "
+            f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {quote(index)} ON {quote(table)} "
             f"({quote(column)} varchar_pattern_ops)"
         )
 
 
 class Migration(migrations.Migration):
+    atomic = False  # CONCURRENTLY cannot run inside a transaction block
     dependencies = [("broker", "0008_alerts")]
 
     operations = [migrations.RunPython(like_indexes_drop, like_indexes_create)]

@@ -32,12 +32,13 @@ def test_the_write_path_has_no_like_index_but_keeps_its_lookup_index(index, tabl
     assert [name for name, ddl in found.items() if ddl.endswith(f"btree ({column})")]
 
 
+@pytest.mark.django_db(transaction=True)  # CONCURRENTLY runs outside a transaction block
 def test_the_migration_drops_what_it_would_put_back():
-    with connection.schema_editor() as editor:
+    with connection.schema_editor(atomic=False) as editor:
         migration.like_indexes_create(None, editor)
     for index, table, _column in migration.LIKE_INDEXES:
         assert "varchar_pattern_ops" in indexes(table)[index]
-    with connection.schema_editor() as editor:
+    with connection.schema_editor(atomic=False) as editor:
         migration.like_indexes_drop(None, editor)
     for index, table, _column in migration.LIKE_INDEXES:
         assert index not in indexes(table)
