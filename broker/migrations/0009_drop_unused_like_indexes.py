@@ -13,7 +13,10 @@ PostgreSQL only (SQLite has no such indexes)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 # (index, table, column): the names Django gave them (schema_editor._create_index_name).
 LIKE_INDEXES = (
@@ -24,7 +27,7 @@ LIKE_INDEXES = (
 )
 
 
-def like_indexes_drop(apps, schema_editor) -> None:
+def like_indexes_drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """DROP INDEX CONCURRENTLY IF EXISTS each of ``LIKE_INDEXES`` (PostgreSQL only; outside a
     database transaction)."""
     if schema_editor.connection.vendor != "postgresql":
@@ -35,7 +38,7 @@ def like_indexes_drop(apps, schema_editor) -> None:
         )
 
 
-def like_indexes_create(apps, schema_editor) -> None:
+def like_indexes_create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Create ``LIKE_INDEXES`` again as Django had them, ``CONCURRENTLY`` (PostgreSQL only;
     outside a database transaction)."""
     if schema_editor.connection.vendor != "postgresql":
