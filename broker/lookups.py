@@ -1,8 +1,10 @@
-"""Cached reads of the configuration every request needs: access keys, topics and producer
-groups. They change rarely and are read on every send, so each process keeps them in Django's
-local-memory cache for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a new check_url or a deleted group
-takes effect in other processes within that time, and at once in the process that made the
-change (``post_save``/``post_delete`` signals forget the entry).
+"""Cached reads of the configuration every request needs: access keys, topics, producer groups
+and consumer groups. They change rarely and are read on every send and every receive, so each
+process keeps them in Django's local-memory cache for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a new
+check_url, a deleted group or a consumer group's new ``max_delivery_attempts`` takes effect in
+other processes within that time, and at once in the process that made the change
+(``post_save``/``post_delete`` signals, and ``consumer_group_forget`` after an update, forget
+the entry).
 
 Access keys go faster: a revoked (deleted) or changed key is refused or changed in every
 process within 1 s. Each change, once committed, writes a fresh random *generation* to Redis
@@ -20,6 +22,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -31,7 +34,7 @@ from django.dispatch import receiver
 
 from broker.conf import conf
 from broker.errors import not_found
-from broker.models import AccessKey, ProducerGroup, Topic
+from broker.models import AccessKey, ConsumerGroup, ProducerGroup, Topic
 
 logger = logging.getLogger("halfmoon.lookups")
 
@@ -165,15 +168,20 @@ def access_key_by_hash(token_hash: str) -> AccessKey | None:
     return None if found == _MISSING else found
 
 
-def topic_by_name(name: str) -> Topic | None:
-    """The topic ``name`` (system topics included), or None."""
-    key = f"topic:{name}"
+def _cached(key: str, load: Callable[[], Any]) -> Any:
+    """The cached value of ``key``, else ``load()`` (cached for ``HALFMOON_LOOKUP_CACHE_MS``
+    unless None: a missing row is read again next time)."""
     found = _cache().get(key)
     if found is None:
-        found = Topic.objects.filter(name=name).first()
+        found = load()
         if found is not None:
             _cache().set(key, found, _timeout_s())
     return found
+
+
+def topic_by_name(name: str) -> Topic | None:
+    """The topic ``name`` (system topics included), or None."""
+    return _cached(f"topic:{name}", lambda: Topic.objects.filter(name=name).first())
 
 
 def producer_group_exists(name: str) -> bool:
@@ -195,6 +203,18 @@ def producer_group_require(name: str) -> None:
     """
     if not producer_group_exists(name):
         raise not_found("producer_group", name)
+
+
+def consumer_group_by_name(name: str) -> ConsumerGroup | None:
+    """The consumer group ``name`` (its ``max_delivery_attempts`` as of at most
+    ``HALFMOON_LOOKUP_CACHE_MS`` ago), or None."""
+    return _cached(f"cgroup:{name}", lambda: ConsumerGroup.objects.filter(name=name).first())
+
+
+def consumer_group_forget(name: str) -> None:
+    """Drop the cached consumer group ``name`` (after a change that sends no ``post_save``,
+    such as a queryset ``update``)."""
+    _cache().delete(f"cgroup:{name}")
 
 
 def topic_forget(name: str) -> None:
@@ -223,3 +243,8 @@ def _topic_changed(sender: type, instance: Topic, **kwargs: Any) -> None:
 @receiver([post_save, post_delete], sender=ProducerGroup)
 def _producer_group_changed(sender: type, instance: ProducerGroup, **kwargs: Any) -> None:
     _cache().delete(f"pgroup:{instance.name}")
+
+
+@receiver([post_save, post_delete], sender=ConsumerGroup)
+def _consumer_group_changed(sender: type, instance: ConsumerGroup, **kwargs: Any) -> None:
+    consumer_group_forget(instance.name)

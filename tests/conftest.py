@@ -30,6 +30,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
 
 
+@pytest.fixture(autouse=True)
+def _lookups_forgotten() -> None:
+    """Each test starts with an empty lookup cache (``broker.lookups``): the database of the
+    test before was rolled back, so what it cached (a topic, a consumer group) no longer
+    exists."""
+    from django.core.cache import caches
+
+    caches["lookups"].clear()
+
+
 @pytest.fixture(scope="session")
 def spark():
     """The test run's one Spark session on ``local[2]`` (HALFMOON_SPARK_MASTER of

@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from broker.conf import conf
 from broker.constants import NAME_PATTERN
 from broker.errors import ExistsKind, InvalidInput, NotFound, already_exists, not_found
+from broker.lookups import consumer_group_forget
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 from broker.services.checks.targets import check_url_refusal
@@ -262,6 +263,8 @@ def consumer_group_update(*, name: str, max_delivery_attempts: int) -> ConsumerG
         max_delivery_attempts=max_delivery_attempts
     ):
         raise not_found("consumer_group", name)
+    transaction.on_commit(lambda: consumer_group_forget(name))
+    consumer_group_forget(name)
     return ConsumerGroup.objects.get(name=name)
 
 

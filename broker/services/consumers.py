@@ -15,11 +15,13 @@ acked each message (the transaction timeline, the archive and the reconciliation
 
 from __future__ import annotations
 
+import functools
 import random
 import secrets
 from dataclasses import dataclass
+from typing import TypeVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
 from broker.constants import (
@@ -28,7 +30,8 @@ from broker.constants import (
     PROPERTY_RETRY_TOPIC,
     dlq_topic,
 )
-from broker.errors import Forbidden
+from broker.errors import Forbidden, NotFoundKind, not_found
+from broker.lookups import consumer_group_by_name, topic_by_name
 from broker.models import (
     ConsumerGroup,
     ConsumerOffset,
@@ -38,8 +41,9 @@ from broker.models import (
     now_ms,
 )
 from broker.rules.topics import is_undeliverable_topic
-from broker.selectors import first_or_not_found, topic_get
-from broker.services.storage import message_copy
+from broker.services.storage import message_copy, statement_cursor
+
+_Row = TypeVar("_Row")
 
 
 @dataclass(frozen=True)
@@ -96,24 +100,30 @@ def _dead_letter(delivery: Delivery, group: ConsumerGroup, *, now: int) -> Deliv
     )
 
 
-def _consumer_group_get(name: str) -> ConsumerGroup:
-    return first_or_not_found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
+def _found(row: _Row | None, kind: NotFoundKind, name: str) -> _Row:
+    """``row`` (a cached lookup's answer, ``broker.lookups``).
+
+    Raises:
+        NotFound: ``<kind>_not_found`` naming ``name`` when ``row`` is None.
+    """
+    if row is None:
+        raise not_found(kind, name)
+    return row
 
 
-def _queues_with_messages(topic: str, offsets: list[ConsumerOffset]) -> set[int]:
-    """The queue ids among ``offsets`` holding a message of ``topic`` at or past the group's
-    offset: one statement for all the queues (an ``EXISTS`` probe of the unique (topic,
-    queue_id, queue_offset) index per offset row), so a receive reads messages only from the
-    queues that have some; an idle topic costs one probe, not one read per queue."""
-    if not offsets:
-        return set()
+def _offsets_lock(consumer_group: str, topic: str) -> list[ConsumerOffset]:
+    """The group's offsets of ``topic`` that no concurrent receiver of the group holds, locked
+    (``SKIP LOCKED``), each annotated ``pending``: a message of ``topic`` waits at or past it
+    (an ``EXISTS`` probe of the unique (topic, queue_id, queue_offset) index), so a receive
+    reads messages only from the queues that have some, and an idle topic costs this one
+    statement."""
     waiting = Message.objects.filter(
         topic=topic, queue_id=OuterRef("queue_id"), queue_offset__gte=OuterRef("offset")
     )
-    return set(
-        ConsumerOffset.objects.filter(pk__in=[offset.pk for offset in offsets])
-        .filter(Exists(waiting))
-        .values_list("queue_id", flat=True)
+    return list(
+        ConsumerOffset.objects.select_for_update(skip_locked=True)
+        .filter(consumer_group=consumer_group, topic=topic)
+        .annotate(pending=Exists(waiting))
     )
 
 
@@ -127,20 +137,22 @@ def messages_receive(
     by a concurrent receiver of the same group are skipped (``SKIP LOCKED``), so two receivers
     never get the same message at the same time. Each message handed out is journalled as a
     ``DeliveryEvent`` ``delivered`` (with its attempt), each dead letter as ``dead_lettered``.
+    On PostgreSQL the new messages are taken in one statement (``_take_postgresql``), so a
+    receive is BEGIN, the expired deliveries, that statement and COMMIT.
 
     Raises:
         NotFound: ``consumer_group_not_found``, ``topic_not_found``.
         Forbidden: ``system_topic``: half and Op messages (RMQ_SYS_*) and discarded ones
             (TRANS_CHECK_MAX_TIME_TOPIC) are never delivered; %DLQ%* and %RETRY%* may be received.
     """
-    group = _consumer_group_get(consumer_group)
+    group = _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
     if is_undeliverable_topic(topic):
         raise Forbidden(
             f"Consumers may not receive from the system topic {topic}.",
             code="system_topic",
             details={"topic": topic},
         )
-    topic_obj = topic_get(topic)
+    topic_obj = _found(topic_by_name(topic), "topic", topic)
     now = now_ms()
     until = now + invisible_duration_ms
     out: list[Received] = []
@@ -170,50 +182,6 @@ def messages_receive(
             )
             handed.append((delivery.message, delivery.delivery_attempt))
 
-        if len(out) < max_messages:
-            ConsumerOffset.objects.bulk_create(
-                [
-                    ConsumerOffset(consumer_group=consumer_group, topic=topic, queue_id=q)
-                    for q in range(topic_obj.queue_nums)
-                ],
-                ignore_conflicts=True,
-            )
-            offsets = list(
-                ConsumerOffset.objects.select_for_update(skip_locked=True).filter(
-                    consumer_group=consumer_group, topic=topic
-                )
-            )
-            random.shuffle(offsets)  # no queue starves the others when max_messages is small
-            pending = _queues_with_messages(topic, offsets)
-            for offset in offsets:
-                want = max_messages - len(out)
-                if want <= 0:
-                    break
-                if offset.queue_id not in pending:
-                    continue
-                batch = list(
-                    Message.objects.filter(
-                        topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
-                    ).order_by("queue_offset")[:want]
-                )
-                if not batch:
-                    continue
-                deliveries = [
-                    Delivery(
-                        consumer_group=consumer_group,
-                        message=m,
-                        topic=topic,
-                        delivery_attempt=1,
-                        invisible_until_timestamp=until,
-                        receipt_handle=_new_handle(),
-                    )
-                    for m in batch
-                ]
-                Delivery.objects.bulk_create(deliveries)
-                offset.offset = batch[-1].queue_offset + 1
-                offset.save(update_fields=["offset"])
-                out.extend(Received(d.message, 1, d.receipt_handle) for d in deliveries)
-                handed.extend((m, 1) for m in batch)
         journal.extend(
             _journal_entry(
                 group=consumer_group,
@@ -224,7 +192,165 @@ def messages_receive(
             )
             for m, attempt in handed
         )
-        DeliveryEvent.objects.bulk_create(journal)
+        DeliveryEvent.objects.bulk_create(journal)  # dead letters, then hand-outs again
+        want = max_messages - len(out)
+        if want > 0:
+            take = _take_postgresql if connection.vendor == "postgresql" else _take_orm
+            out.extend(
+                take(
+                    consumer_group=consumer_group,
+                    topic=topic,
+                    queue_nums=topic_obj.queue_nums,
+                    want=want,
+                    until=until,
+                    now=now,
+                )
+            )
+    return out
+
+
+def _offsets_create(consumer_group: str, topic: str, queue_nums: int) -> None:
+    """Create the group's missing offsets of ``topic`` (at 0): its first receive of the topic,
+    or queues added since."""
+    ConsumerOffset.objects.bulk_create(
+        [
+            ConsumerOffset(consumer_group=consumer_group, topic=topic, queue_id=q)
+            for q in range(queue_nums)
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def _take_orm(
+    *, consumer_group: str, topic: str, queue_nums: int, want: int, until: int, now: int
+) -> list[Received]:
+    """``_take_postgresql``'s work through the ORM (other databases: SQLite ignores ``SKIP
+    LOCKED`` and serializes writers itself), a few statements per queue with messages."""
+    out: list[Received] = []
+    offsets = _offsets_lock(consumer_group, topic)
+    if len(offsets) < queue_nums:
+        _offsets_create(consumer_group, topic, queue_nums)
+        offsets = _offsets_lock(consumer_group, topic)
+    random.shuffle(offsets)  # no queue starves the others when want is small
+    handed: list[Message] = []
+    for offset in offsets:
+        if len(out) >= want:
+            break
+        if not offset.pending:
+            continue
+        batch = list(
+            Message.objects.filter(
+                topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
+            ).order_by("queue_offset")[: want - len(out)]
+        )
+        if not batch:
+            continue
+        deliveries = [
+            Delivery(
+                consumer_group=consumer_group,
+                message=m,
+                topic=topic,
+                delivery_attempt=1,
+                invisible_until_timestamp=until,
+                receipt_handle=_new_handle(),
+            )
+            for m in batch
+        ]
+        Delivery.objects.bulk_create(deliveries)
+        offset.offset = batch[-1].queue_offset + 1
+        offset.save(update_fields=["offset"])
+        out.extend(Received(d.message, 1, d.receipt_handle) for d in deliveries)
+        handed.extend(batch)
+    DeliveryEvent.objects.bulk_create(
+        _journal_entry(
+            group=consumer_group, message=m, kind=DeliveryEvent.Kind.DELIVERED, attempt=1, now=now
+        )
+        for m in handed
+    )
+    return out
+
+
+@functools.cache
+def _take_sql() -> str:
+    """The statement of ``_take_postgresql``, built once per process."""
+    qn = connection.ops.quote_name
+    columns = ", ".join(f"m.{qn(f.column)}" for f in Message._meta.concrete_fields)
+    taken_columns = ", ".join(f"t.{qn(f.column)}" for f in Message._meta.concrete_fields)
+    offsets, messages = ConsumerOffset._meta.db_table, Message._meta.db_table
+    deliveries, events = Delivery._meta.db_table, DeliveryEvent._meta.db_table
+    return (
+        # The group's offsets no concurrent receiver holds, locked.
+        f"WITH offs AS (SELECT o.id, o.queue_id, o.{qn('offset')} AS next FROM {offsets} o "
+        "WHERE o.consumer_group = %(group)s AND o.topic = %(topic)s FOR UPDATE SKIP LOCKED), "
+        # Up to want messages from each queue at or past its offset (the unique (topic,
+        # queue_id, queue_offset) index), numbered queue by queue in the receive's random
+        # queue order, then by queue offset.
+        f"cand AS (SELECT {columns}, o.id AS offset_id, row_number() OVER ("
+        "ORDER BY array_position(%(queue_order)s::int[], m.queue_id), m.queue_offset) AS rn "
+        f"FROM offs o CROSS JOIN LATERAL (SELECT * FROM {messages} m WHERE m.topic = %(topic)s "
+        "AND m.queue_id = o.queue_id AND m.queue_offset >= o.next ORDER BY m.queue_offset "
+        "LIMIT %(want)s) m), "
+        "taken AS (SELECT * FROM cand WHERE rn <= %(want)s), "
+        f"handed AS (INSERT INTO {deliveries} (consumer_group, message_id, topic, "
+        "delivery_attempt, invisible_until_timestamp, receipt_handle) SELECT %(group)s, "
+        "commit_log_offset, %(topic)s, 1, %(until)s, (%(handles)s::text[])[rn] FROM taken), "
+        f"advanced AS (UPDATE {offsets} o SET {qn('offset')} = a.next FROM (SELECT offset_id, "
+        "max(queue_offset) + 1 AS next FROM taken GROUP BY offset_id) a WHERE o.id = a.offset_id), "
+        f"journalled AS (INSERT INTO {events} (consumer_group, topic, queue_id, queue_offset, "
+        f"commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
+        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, 1, "
+        "%(now)s FROM taken ORDER BY rn) "
+        # One row even when nothing was taken: how many offsets were locked.
+        f"SELECT l.n, (%(handles)s::text[])[t.rn], {taken_columns} "
+        "FROM (SELECT count(*) AS n FROM offs) l LEFT JOIN taken t ON true ORDER BY t.rn"
+    )
+
+
+def _take_postgresql(
+    *, consumer_group: str, topic: str, queue_nums: int, want: int, until: int, now: int
+) -> list[Received]:
+    """PostgreSQL, inside the receive's database transaction: take up to ``want`` new messages
+    of ``topic`` for ``consumer_group`` in ONE statement (``_take_sql``): lock the group's
+    offsets that no concurrent receiver holds (``SKIP LOCKED``), read each queue's messages at
+    or past its offset, queues in a random order (no queue starves the others when ``want``
+    is small), insert their ``Delivery`` rows (attempt 1, invisible until ``until``, ms) and
+    ``delivered`` journal rows (at ``now``, ms) and advance the offsets. When the group has
+    fewer offsets than the topic's ``queue_nums``, they are created and the statement runs
+    once more for what is still wanted (the offsets already advanced stay locked by this
+    transaction and are read again from there).
+
+    Returns:
+        the messages taken, each with attempt 1 and its new receipt handle, in queue order.
+    """
+    sql = _take_sql()
+    attnames = [f.attname for f in Message._meta.concrete_fields]
+    properties = Message._meta.get_field("properties")
+    out: list[Received] = []
+    for attempt in range(2):
+        order = list(range(queue_nums))
+        random.shuffle(order)
+        params = {
+            "group": consumer_group,
+            "topic": topic,
+            "queue_order": order,
+            "want": want - len(out),
+            "handles": [_new_handle() for _ in range(want - len(out))],
+            "until": until,
+            "now": now,
+            "kind": DeliveryEvent.Kind.DELIVERED.value,
+        }
+        with statement_cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        for _, handle, *values in rows:
+            if handle is None:
+                continue  # nothing taken: the one row saying how many offsets were locked
+            message = Message.from_db(connection.alias, attnames, values)
+            message.properties = properties.from_db_value(message.properties, None, connection)
+            out.append(Received(message, 1, handle))
+        if attempt or rows[0][0] >= queue_nums or len(out) >= want:
+            break
+        _offsets_create(consumer_group, topic, queue_nums)
     return out
 
 
@@ -243,7 +369,7 @@ def messages_ack(
     Raises:
         NotFound: ``consumer_group_not_found``.
     """
-    _consumer_group_get(consumer_group)
+    _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
     now = now_ms()
     with transaction.atomic():

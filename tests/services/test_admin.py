@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.errors import InvalidInput, NotFound
-from broker.lookups import access_key_by_hash, topic_by_name
+from broker.lookups import access_key_by_hash, consumer_group_by_name, topic_by_name
 from broker.models import ConsumeQueue, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 from broker.services.admin import (
@@ -99,6 +99,19 @@ def test_a_consumer_group_changes_its_attempts_but_never_below_one():
     with pytest.raises(NotFound) as caught:
         consumer_group_update(name="D", max_delivery_attempts=2)
     assert caught.value.code == "consumer_group_not_found"
+
+
+@pytest.mark.django_db
+def test_a_receive_sees_a_consumer_groups_new_attempts_at_once_in_the_changing_process():
+    """Receives read the group through the lookup cache; an update (a queryset update, no
+    post_save) forgets the cached group in its own process."""
+    consumer_group_create(name="C", max_delivery_attempts=3)
+    assert consumer_group_by_name("C").max_delivery_attempts == 3  # now cached
+
+    consumer_group_update(name="C", max_delivery_attempts=9)
+
+    assert consumer_group_by_name("C").max_delivery_attempts == 9
+    assert consumer_group_by_name("D") is None
 
 
 @pytest.mark.django_db
