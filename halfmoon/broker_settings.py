@@ -158,7 +158,7 @@ BROKER_SETTINGS += (
         "HALFMOON_LOOKUP_CACHE_MS",
         5000,
         "-",
-        "How long a process caches access keys, topics and producer groups (ms); 0 turns it off.",
+        "How long a process caches access keys, topics, producer groups and consumer groups (ms); 0 turns it off.",
         0,
     ),
     BrokerSetting(
