@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import random
 import secrets
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -361,7 +362,8 @@ def messages_ack(
 
     A handle is valid until the message is acked or delivered again (then it has a new handle).
     Each delivery acked is journalled as a ``DeliveryEvent`` ``acked`` (with the attempt acked)
-    in the database transaction that deletes it.
+    in the database transaction that deletes it: on PostgreSQL in the same statement
+    (``_ack_postgresql``).
 
     Returns:
         (acked, failed): failed lists ``{"receipt_handle", "code": "invalid_receipt_handle"}``.
@@ -372,16 +374,29 @@ def messages_ack(
     _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
     now = now_ms()
+    if connection.vendor == "postgresql":
+        found = _ack_postgresql(consumer_group, unique, now)
+    else:
+        found = _ack_orm(consumer_group, unique, now)
+    acked = len(found)
+    failed = [
+        {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
+    ]
+    return acked, failed
+
+
+def _ack_orm(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
+    """``_ack_postgresql``'s work through the ORM (other databases), in one database
+    transaction: lock, delete and journal the deliveries."""
     with transaction.atomic():
         # of=self: lock the group's delivery rows, not the shared Message rows they join.
         taken = list(
             Delivery.objects.select_for_update(of=("self",))
             .select_related("message")
             .defer("message__body", "message__properties")
-            .filter(consumer_group=consumer_group, receipt_handle__in=unique)
+            .filter(consumer_group=consumer_group, receipt_handle__in=receipt_handles)
         )
-        found = {d.receipt_handle for d in taken}
-        acked = Delivery.objects.filter(pk__in=[d.pk for d in taken]).delete()[0]
+        Delivery.objects.filter(pk__in=[d.pk for d in taken]).delete()
         DeliveryEvent.objects.bulk_create(
             _journal_entry(
                 group=consumer_group,
@@ -392,7 +407,47 @@ def messages_ack(
             )
             for d in taken
         )
-    failed = [
-        {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
-    ]
-    return acked, failed
+    return {d.receipt_handle for d in taken}
+
+
+@functools.cache
+def _ack_sql() -> str:
+    """The statement of ``_ack_postgresql``, built once per process."""
+    qn = connection.ops.quote_name
+    deliveries, messages = Delivery._meta.db_table, Message._meta.db_table
+    events = DeliveryEvent._meta.db_table
+    return (
+        f"WITH acked AS (DELETE FROM {deliveries} d USING {messages} m "
+        "WHERE d.consumer_group = %(group)s AND d.receipt_handle = ANY(%(handles)s::text[]) "
+        "AND m.commit_log_offset = d.message_id RETURNING d.receipt_handle, d.delivery_attempt, "
+        "m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.msg_id), "
+        f"journalled AS (INSERT INTO {events} (consumer_group, topic, queue_id, queue_offset, "
+        f"commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
+        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, "
+        "delivery_attempt, %(now)s FROM acked ORDER BY commit_log_offset) "
+        "SELECT receipt_handle FROM acked"
+    )
+
+
+def _ack_postgresql(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
+    """PostgreSQL: delete the group's deliveries behind ``receipt_handles`` and journal each as
+    ``acked`` (at ``now``, ms, with the attempt acked) in ONE statement (``_ack_sql``), its own
+    database transaction outside a caller's (a savepoint inside one). A delivery being handed
+    out again by a concurrent receive is re-read after that receive commits (READ COMMITTED):
+    its new handle no longer matches, and the old one fails.
+
+    Returns:
+        the receipt handles acked.
+    """
+    params = {
+        "group": consumer_group,
+        "handles": receipt_handles,
+        "kind": DeliveryEvent.Kind.ACKED.value,
+        "now": now,
+    }
+    with (
+        transaction.atomic() if connection.in_atomic_block else nullcontext(),
+        statement_cursor() as cursor,
+    ):
+        cursor.execute(_ack_sql(), params)
+        return {handle for (handle,) in cursor.fetchall()}

@@ -265,6 +265,32 @@ def test_a_receive_takes_from_every_queue_in_one_statement(orders):
     assert DeliveryEvent.objects.filter(consumer_group="C1", kind="delivered").count() == 5
 
 
+def test_an_ack_deletes_and_journals_in_one_statement(orders):
+    """On PostgreSQL an ack is one statement (here inside a savepoint: the test runs in a
+    transaction): the deliveries deleted, each journalled as acked; an unknown handle fails."""
+    consumer_group_create(name="C1")
+    message_send(topic="Orders", body=b"x")
+    [got] = _receive("C1", "Orders")
+
+    with CaptureQueriesContext(connection) as queries:
+        acked, failed = messages_ack(
+            consumer_group="C1", receipt_handles=[got.receipt_handle, "no-such-handle"]
+        )
+
+    assert (acked, failed) == (
+        1,
+        [{"receipt_handle": "no-such-handle", "code": "invalid_receipt_handle"}],
+    )
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == [
+        "SAVEPOINT",
+        "WITH",
+        "RELEASE",
+    ]
+    assert not Delivery.objects.filter(consumer_group="C1").exists()
+    event = DeliveryEvent.objects.get(consumer_group="C1", kind="acked")
+    assert (event.msg_id, event.delivery_attempt) == (got.message.msg_id, 1)
+
+
 # --- Through the API --------------------------------------------------------------------------
 
 
