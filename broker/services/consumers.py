@@ -271,6 +271,20 @@ def _take_orm(
     return out
 
 
+def _journal_insert_sql(source: str, *, attempt: str, order: str) -> str:
+    """PostgreSQL: the delivery journal's insert (``_journal_entry``'s row) of every message
+    row of the CTE ``source`` (its ``topic``, ``queue_id``, ``queue_offset``,
+    ``commit_log_offset`` and ``msg_id``), for the group ``%(group)s``, of kind ``%(kind)s`` at
+    ``%(now)s`` (ms); ``attempt`` and ``order`` are SQL expressions over ``source``."""
+    qn = connection.ops.quote_name
+    return (
+        f"INSERT INTO {DeliveryEvent._meta.db_table} (consumer_group, topic, queue_id, "
+        f"queue_offset, commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
+        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, "
+        f"{attempt}, %(now)s FROM {source} ORDER BY {order}"
+    )
+
+
 @functools.cache
 def _take_sql() -> str:
     """The statement of ``_take_postgresql``, built once per process."""
@@ -278,7 +292,7 @@ def _take_sql() -> str:
     columns = ", ".join(f"m.{qn(f.column)}" for f in Message._meta.concrete_fields)
     taken_columns = ", ".join(f"t.{qn(f.column)}" for f in Message._meta.concrete_fields)
     offsets, messages = ConsumerOffset._meta.db_table, Message._meta.db_table
-    deliveries, events = Delivery._meta.db_table, DeliveryEvent._meta.db_table
+    deliveries = Delivery._meta.db_table
     return (
         # The group's offsets no concurrent receiver holds, locked.
         f"WITH offs AS (SELECT o.id, o.queue_id, o.{qn('offset')} AS next FROM {offsets} o "
@@ -297,10 +311,7 @@ def _take_sql() -> str:
         "commit_log_offset, %(topic)s, 1, %(until)s, (%(handles)s::text[])[rn] FROM taken), "
         f"advanced AS (UPDATE {offsets} o SET {qn('offset')} = a.next FROM (SELECT offset_id, "
         "max(queue_offset) + 1 AS next FROM taken GROUP BY offset_id) a WHERE o.id = a.offset_id), "
-        f"journalled AS (INSERT INTO {events} (consumer_group, topic, queue_id, queue_offset, "
-        f"commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
-        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, 1, "
-        "%(now)s FROM taken ORDER BY rn) "
+        f"journalled AS ({_journal_insert_sql('taken', attempt='1', order='rn')}) "
         # One row even when nothing was taken: how many offsets were locked.
         f"SELECT l.n, (%(handles)s::text[])[t.rn], {taken_columns} "
         "FROM (SELECT count(*) AS n FROM offs) l LEFT JOIN taken t ON true ORDER BY t.rn"
@@ -413,19 +424,14 @@ def _ack_orm(consumer_group: str, receipt_handles: list[str], now: int) -> set[s
 @functools.cache
 def _ack_sql() -> str:
     """The statement of ``_ack_postgresql``, built once per process."""
-    qn = connection.ops.quote_name
     deliveries, messages = Delivery._meta.db_table, Message._meta.db_table
-    events = DeliveryEvent._meta.db_table
+    journal = _journal_insert_sql("acked", attempt="delivery_attempt", order="commit_log_offset")
     return (
         f"WITH acked AS (DELETE FROM {deliveries} d USING {messages} m "
         "WHERE d.consumer_group = %(group)s AND d.receipt_handle = ANY(%(handles)s::text[]) "
         "AND m.commit_log_offset = d.message_id RETURNING d.receipt_handle, d.delivery_attempt, "
         "m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.msg_id), "
-        f"journalled AS (INSERT INTO {events} (consumer_group, topic, queue_id, queue_offset, "
-        f"commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
-        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, "
-        "delivery_attempt, %(now)s FROM acked ORDER BY commit_log_offset) "
-        "SELECT receipt_handle FROM acked"
+        f"journalled AS ({journal}) SELECT receipt_handle FROM acked"
     )
 
 
