@@ -645,7 +645,7 @@ LANDMARKS = [
     "transaction_prepare ",
     "transaction_end ",
     "message_put ",
-    "transaction_change_publish ",
+    "transaction_changes_publish ",
     "SQLCompiler.as_sql ",
     "SQLInsertCompiler.as_sql ",
     "SQLCompiler.execute_sql ",

@@ -2,12 +2,13 @@
 
 The broker publishes each change to the channel-layer group ``TRANSACTIONS_GROUP``; whoever
 wants them (the console's websocket consumers) subscribes to that group and relays them. The
-broker imports nothing of the console. Services call ``transaction_change_publish`` through
-``transaction.on_commit`` (``broker.services.transactions.transaction_announce``) so nothing is
+broker imports nothing of the console. Services call ``transaction_changes_publish`` through
+``transaction.on_commit`` (``broker.services.resolution.transactions_announce``: one call for
+all the transactions a statement changed) so nothing is
 announced for a write that rolled back. Publishing never delays the request or task that caused
 it: events go onto an in-process queue drained by one background thread with its own event loop
-(so channels-redis keeps one connection pool), which sends the events queued within
-``LINGER_S`` of the first together in one channel-layer message (``transaction.events`` / ``bulk.progresses``, a list of events). The feed is best effort: an event the channel
+(so channels-redis keeps one connection pool), which sleeps ``LINGER_S`` after the first and
+then sends everything queued meanwhile together in one channel-layer message (``transaction.events`` / ``bulk.progresses``, a list of events). The feed is best effort: an event the channel
 layer cannot take is logged and dropped; the write itself is already durable. While Redis is
 away, one warning says events are being dropped and another, with their count, when it is back.
 """
@@ -20,6 +21,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Literal, TypedDict
 
 from channels.layers import get_channel_layer
@@ -29,7 +31,7 @@ logger = logging.getLogger("halfmoon.events")
 
 TRANSACTIONS_GROUP = "broker.transactions"
 BULK_ACTIONS_GROUP = "broker.bulk_actions"
-QUEUE_LIMIT = 10_000  # events waiting to be published; beyond it new events are dropped
+QUEUE_LIMIT = 10_000  # writes whose events wait to be published; beyond it new ones are dropped
 BATCH_LIMIT = 500
 """Most events sent in one channel-layer message: events queued while the previous message was
 being sent go together (one Redis round trip and one consumer wake-up for a batch of 32
@@ -77,16 +79,18 @@ class _Publisher:
     """One daemon thread per process that sends queued events to the channel layer."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[tuple[str, Announcement]] = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._queue: queue.Queue[tuple[str, Sequence[Announcement]]] = queue.Queue(
+            maxsize=QUEUE_LIMIT
+        )
         self._pid: int | None = None
         self._lock = threading.Lock()
 
-    def submit(self, group: str, event: Announcement) -> None:
+    def submit(self, group: str, events: Sequence[Announcement]) -> None:
         self._ensure_thread()
         try:
-            self._queue.put_nowait((group, event))
+            self._queue.put_nowait((group, events))
         except queue.Full:
-            logger.warning("announcement queue full: dropped %s to %s", event["type"], group)
+            logger.warning("announcement queue full: dropped %d events to %s", len(events), group)
 
     def _ensure_thread(self) -> None:
         # A forked child (Celery prefork) inherits no thread: start one per process id.
@@ -105,15 +109,17 @@ class _Publisher:
         layer = get_channel_layer()
         dropped = 0  # events dropped since the channel layer stopped answering
         while True:
-            waiting = [self._queue.get()]
-            linger_until = time.monotonic() + LINGER_S
-            while len(waiting) < BATCH_LIMIT:  # and whatever else comes meanwhile
-                try:  # a timeout of 0 takes only what is already queued
-                    waiting.append(
-                        self._queue.get(timeout=max(0.0, linger_until - time.monotonic()))
-                    )
+            group, events = self._queue.get()
+            waiting = [(group, event) for event in events]
+            # Sleep through the linger, then take whatever came meanwhile: the request threads'
+            # submits do not wake this thread one by one (a GIL hand-off each).
+            time.sleep(LINGER_S)
+            while len(waiting) < BATCH_LIMIT:
+                try:
+                    group, events = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                waiting.extend((group, event) for event in events)
             if layer is None:
                 continue
             for group, message in announcements_coalesce(waiting):
@@ -164,12 +170,14 @@ def announcements_coalesce(
 _publisher = _Publisher()
 
 
-def transaction_change_publish(event: TransactionChange) -> None:
-    """Queue ``event`` for every subscriber of ``TRANSACTIONS_GROUP`` (``broker.transactions``).
+def transaction_changes_publish(events: Sequence[TransactionChange]) -> None:
+    """Queue ``events`` for every subscriber of ``TRANSACTIONS_GROUP``
+    (``broker.transactions``), in order.
 
-    Returns at once; the background thread sends it.
+    Returns at once; the background thread sends them.
     """
-    _publisher.submit(TRANSACTIONS_GROUP, event)
+    if events:
+        _publisher.submit(TRANSACTIONS_GROUP, events)
 
 
 def bulk_action_progress_publish(event: BulkActionProgress) -> None:
@@ -177,4 +185,4 @@ def bulk_action_progress_publish(event: BulkActionProgress) -> None:
 
     Returns at once; the background thread sends it.
     """
-    _publisher.submit(BULK_ACTIONS_GROUP, event)
+    _publisher.submit(BULK_ACTIONS_GROUP, [event])

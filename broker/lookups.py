@@ -17,6 +17,7 @@ made elsewhere then reach it only when its cached entry expires (``HALFMOON_LOOK
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -53,8 +54,16 @@ REDIS_TIMEOUT_S = 0.5
 """Connect and read timeout of the generation's Redis calls (s)."""
 
 
+@functools.cache
 def _cache() -> Any:
-    return caches["lookups"]
+    """The lookups' cache (``CACHES["lookups"]``, local memory), one object per process.
+
+    ``caches["lookups"]`` would build a new cache object in every context a request runs in
+    (Django keeps them in an asgiref ``Local``, and ``halfmoon.serving`` runs each request in
+    a context of its own), which cost more than the lookup itself. Local-memory caches of one
+    name share their entries and their lock, so this object sees what ``caches["lookups"]``
+    sees (a test's ``clear()`` included)."""
+    return caches.create_connection("lookups")
 
 
 def _timeout_s() -> float:

@@ -112,12 +112,14 @@ def transaction_prepare_batch(
     item's error) in one database transaction (api-v1 ``POST /transactions/batch``).
 
     Each item is checked and built by ``transaction_plan`` (the rules of a send; a send without
-    ``msg_id`` is given a new one). The new msg_ids, each once in the batch, are stored together
-    in one statement (``transactions_store``); the others go one by one through
-    ``transaction_prepare``, in the items' order: a msg_id stored already (answered with the
-    stored transaction, ``created`` False, or 409 ``duplicate_msg_id`` for another group's), a
-    msg_id twice in the batch (the second answers the first), and every item if the statement
-    met a concurrent send of one of its msg_ids.
+    ``msg_id`` is given a new one). A batch of distinct msg_ids is stored in one statement
+    (``transactions_store``), tried first as the single send tries its insert, with no read
+    before it. When that statement meets a stored msg_id (a retry, or a concurrent send), or the
+    batch names a msg_id twice, the new msg_ids, each once in the batch, are stored together and
+    the others go one by one through ``transaction_prepare``, in the items' order: a msg_id
+    stored already (answered with the stored transaction, ``created`` False, or 409
+    ``duplicate_msg_id`` for another group's), a msg_id twice in the batch (the second answers
+    the first), and every item if the statement met a concurrent send of one of its msg_ids.
 
     Returns:
         per item, in order: ``(transaction, created)``, or the error of that item
@@ -144,18 +146,18 @@ def transaction_prepare_batch(
         except HalfmoonError as exc:
             outcomes[index] = exc
     times = Counter(plan.tx.transaction_id for plan in plans.values())
+    if len(times) == len(plans):  # the common batch: one statement, its own transaction
+        try:
+            transactions_store(list(plans.values()))
+        except IntegrityError:  # a msg_id stored already or concurrently: item by item
+            pass
+        else:
+            for index, plan in plans.items():
+                outcomes[index] = (plan.tx, True)
+            return outcomes
     stored = set(Transaction.objects.filter(pk__in=list(times)).values_list("pk", flat=True))
     fresh = [i for i, p in plans.items() if times[p.tx.transaction_id] == 1]
     fresh = [i for i in fresh if plans[i].tx.transaction_id not in stored]
-    if len(fresh) == len(plans):  # the common batch: one statement, its own transaction
-        try:
-            transactions_store([plans[i] for i in fresh])
-        except IntegrityError:  # a concurrent send of one of these msg_ids: item by item
-            pass
-        else:
-            for index in fresh:
-                outcomes[index] = (plans[index].tx, True)
-            return outcomes
     half_queues = sorted({plan.tx.half_queue_id for plan in plans.values()})
     with transaction.atomic():
         _queue_counters_lock(Q(topic=HALF_TOPIC, queue_id__in=half_queues))

@@ -11,7 +11,7 @@ transaction: a crash mid-flush leaves them unflushed, and the next flush writes 
 
 Flushers run from beat every ``HALFMOON_OP_BATCH_INTERVAL_MS``, at the end of every scan of a
 half queue, and as soon as a process has buffered ``HALFMOON_OP_MSG_MAX_SIZE`` bytes of offsets
-for one queue (``op_buffer_note``); each writes only full Op messages, or everything once the
+for one queue (``op_buffer_notes``); each writes only full Op messages, or everything once the
 oldest unflushed resolution is an interval old. An end request never waits for a flush.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from celery import current_app
 from django.db import transaction
@@ -39,17 +40,32 @@ _buffered_lock = threading.Lock()
 
 
 def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
-    """Count a journalled resolution towards its queue's size trigger, after the current
-    database transaction commits. When this process has noted ``HALFMOON_OP_MSG_MAX_SIZE``
-    bytes for a queue, a flush of that queue is queued (a Celery task; nobody waits for it)."""
-    size = op_body_size([half_queue_offset])
+    """Count a journalled resolution towards its queue's size trigger (``op_buffer_notes`` of
+    one resolution)."""
+    op_buffer_notes([(half_queue_id, half_queue_offset)])
+
+
+def op_buffer_notes(resolutions: Sequence[tuple[int, int]]) -> None:
+    """Count journalled resolutions, ``(half_queue_id, half_queue_offset)`` each, towards their
+    queues' size trigger, after the current database transaction commits (one callback however
+    many they are). When this process has noted ``HALFMOON_OP_MSG_MAX_SIZE`` bytes for a queue,
+    a flush of that queue is queued (a Celery task; nobody waits for it)."""
+    if not resolutions:
+        return
+    sizes: dict[int, int] = {}
+    for half_queue_id, half_queue_offset in resolutions:
+        sizes[half_queue_id] = sizes.get(half_queue_id, 0) + op_body_size([half_queue_offset])
 
     def note() -> None:
+        full = []
         with _buffered_lock:
-            total = _buffered.get(half_queue_id, 0) + size
-            full = total >= conf.op_msg_max_size
-            _buffered[half_queue_id] = 0 if full else total
-        if full:
+            for half_queue_id, size in sizes.items():
+                total = _buffered.get(half_queue_id, 0) + size
+                if total >= conf.op_msg_max_size:
+                    full.append(half_queue_id)
+                    total = 0
+                _buffered[half_queue_id] = total
+        for half_queue_id in full:
             try:
                 current_app.send_task(OP_FLUSH_TASK, args=[half_queue_id])
             except Exception:  # noqa: BLE001 - the beat flush will write it within the interval

@@ -29,7 +29,7 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_NOT_TYPE,
 )
-from broker.events import TransactionChange, transaction_change_publish
+from broker.events import TransactionChange, transaction_changes_publish
 from broker.models import Message, Resolution, Transaction, TransactionEvent, now_ms
 from broker.rules.states import (
     ResolvedBy,
@@ -38,7 +38,7 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.services.ops import op_buffer_note
+from broker.services.ops import op_buffer_note, op_buffer_notes
 from broker.services.storage import (
     message_copy,
     message_copy_cte,
@@ -249,9 +249,9 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
     resolved = {}
     for row in rows:
         tx = Transaction.from_db(connection.alias, attnames, row)
-        op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
-        transaction_announce(tx, "resolved")
         resolved[tx.transaction_id] = tx
+    op_buffer_notes([(tx.half_queue_id, tx.half_queue_offset) for tx in resolved.values()])
+    transactions_announce(list(resolved.values()), "resolved")
     # One wake-up per real topic, however many of the batch's commits went to it.
     for topic in sorted(
         {tx.topic for tx in resolved.values() if tx.state == TransactionState.COMMITTED}
@@ -468,16 +468,29 @@ def transaction_event_record(
 
 def transaction_announce(tx: Transaction, kind: str) -> None:
     """After the current database transaction commits, announce that ``tx`` changed
-    (``broker.events``; the console relays it). ``kind``: resolved, discarded, resumed,
-    check_sent, check_undelivered. Nothing is announced for a write that rolls back."""
-    event = TransactionChange(
-        type="transaction.event",
-        kind=kind,
-        transaction_id=tx.transaction_id,
-        producer_group=tx.producer_group,
-        topic=tx.topic,
-        state=tx.state,
-        check_times=tx.check_times,
-        timestamp=now_ms(),
-    )
-    transaction.on_commit(lambda: transaction_change_publish(event))
+    (``transactions_announce`` of one transaction)."""
+    transactions_announce([tx], kind)
+
+
+def transactions_announce(txs: Sequence[Transaction], kind: str) -> None:
+    """After the current database transaction commits, announce that each of ``txs`` changed
+    (``broker.events``; the console relays it), in order, with one hand-over to the publisher
+    however many they are. ``kind``: prepared, resolved, discarded, resumed, check_sent,
+    check_undelivered, check_requested. Nothing is announced for a write that rolls back."""
+    if not txs:
+        return
+    timestamp = now_ms()
+    events = [
+        TransactionChange(
+            type="transaction.event",
+            kind=kind,
+            transaction_id=tx.transaction_id,
+            producer_group=tx.producer_group,
+            topic=tx.topic,
+            state=tx.state,
+            check_times=tx.check_times,
+            timestamp=timestamp,
+        )
+        for tx in txs
+    ]
+    transaction.on_commit(lambda: transaction_changes_publish(events))

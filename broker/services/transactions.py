@@ -53,6 +53,7 @@ from broker.services.resolution import (
     transaction_event_record,
     transaction_resolve_locked,
     transaction_resolve_prepared,
+    transactions_announce,
 )
 from broker.services.storage import (
     message_new,
@@ -249,8 +250,7 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
                 tx.half_queue_offset = message.queue_offset
                 tx.half_commit_log_offset = message.commit_log_offset
                 tx.save(force_insert=True)
-    for plan in plans:
-        transaction_announce(plan.tx, "prepared")
+    transactions_announce([plan.tx for plan in plans], "prepared")
 
 
 def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:

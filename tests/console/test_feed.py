@@ -246,9 +246,9 @@ def test_events_submitted_within_the_linger_go_in_one_message(monkeypatch):
     monkeypatch.setattr(events, "get_channel_layer", lambda: RecordingLayer())
     publisher = events._Publisher()
 
-    publisher.submit(TRANSACTIONS_GROUP, _change(1))
+    publisher.submit(TRANSACTIONS_GROUP, [_change(1)])
     time.sleep(0.01)
-    publisher.submit(TRANSACTIONS_GROUP, _change(2))
+    publisher.submit(TRANSACTIONS_GROUP, [_change(2)])
 
     assert arrived.wait(TIMEOUT_S)
     time.sleep(0.2)  # anything sent apart would be here by now
