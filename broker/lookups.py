@@ -1,6 +1,6 @@
 """Cached reads of the configuration every request needs: access keys, topics, producer groups
 and consumer groups. They change rarely and are read on every send and every receive, so each
-process keeps them in Django's local-memory cache for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a new
+process keeps them in memory (``_LookupCache``) for ``HALFMOON_LOOKUP_CACHE_MS`` (5 s): a new
 check_url, a deleted group or a consumer group's new ``max_delivery_attempts`` takes effect in
 other processes within that time, and at once in the process that made the change
 (``post_save``/``post_delete`` signals, and ``consumer_group_forget`` after an update, forget
@@ -17,7 +17,6 @@ made elsewhere then reach it only when its cached entry expires (``HALFMOON_LOOK
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -27,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from cachetools import TTLCache
 from django.conf import settings
-from django.core.cache import caches
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -54,16 +53,62 @@ REDIS_TIMEOUT_S = 0.5
 """Connect and read timeout of the generation's Redis calls (s)."""
 
 
-@functools.cache
-def _cache() -> Any:
-    """The lookups' cache (``CACHES["lookups"]``, local memory), one object per process.
+class _LookupCache:
+    """This process's cached lookups: a ``cachetools.TTLCache`` (at most
+    ``LOOKUP_CACHE_MAX_ENTRIES``, each kept ``HALFMOON_LOOKUP_CACHE_MS``) behind a lock, shared
+    by the process's threads. The cached rows are shared too, not copies: nothing changes a
+    looked-up row in place (a change is saved from a row read anew, and forgets the entry).
 
-    ``caches["lookups"]`` would build a new cache object in every context a request runs in
-    (Django keeps them in an asgiref ``Local``, and ``halfmoon.serving`` runs each request in
-    a context of its own), which cost more than the lookup itself. Local-memory caches of one
-    name share their entries and their lock, so this object sees what ``caches["lookups"]``
-    sees (a test's ``clear()`` included)."""
-    return caches.create_connection("lookups")
+    Not Django's local-memory cache: it pickled every value in and out and checked every key
+    character by character, which cost more than the lookup saved (a tenth of a batch of half
+    messages' handling, ``bench/throughput.py --profile``). A new ``HALFMOON_LOOKUP_CACHE_MS``
+    (a test's setting) starts an empty cache; 0 caches nothing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ttl_s = -1.0
+        self._entries: TTLCache[str, Any] = TTLCache(LOOKUP_CACHE_MAX_ENTRIES, 0)
+
+    def _current(self) -> TTLCache[str, Any] | None:
+        ttl_s = _timeout_s()
+        if ttl_s <= 0:
+            return None
+        if ttl_s != self._ttl_s:
+            self._entries = TTLCache(LOOKUP_CACHE_MAX_ENTRIES, ttl_s, timer=time.monotonic)
+            self._ttl_s = ttl_s
+        return self._entries
+
+    def get(self, key: str) -> Any:
+        """The value cached under ``key``, or None (missing or expired)."""
+        with self._lock:
+            entries = self._current()
+            return None if entries is None else entries.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        """Cache ``value`` under ``key`` for ``HALFMOON_LOOKUP_CACHE_MS``."""
+        with self._lock:
+            entries = self._current()
+            if entries is not None:
+                entries[key] = value
+
+    def delete(self, key: str) -> None:
+        """Forget ``key``."""
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget everything (``lookups_forget_all``)."""
+        with self._lock:
+            self._entries.clear()
+
+
+LOOKUP_CACHE_MAX_ENTRIES = 10_000
+_lookup_cache = _LookupCache()
+
+
+def lookups_forget_all() -> None:
+    """Forget every cached lookup of this process (a test whose database was rolled back)."""
+    _lookup_cache.clear()
 
 
 def _timeout_s() -> float:
@@ -169,22 +214,22 @@ def access_key_by_hash(token_hash: str) -> AccessKey | None:
     if _timeout_s() <= 0:  # no cache: nothing to invalidate, no Redis round trip
         return AccessKey.objects.filter(token_hash=token_hash).first()
     key = _access_key_cache_key(token_hash)
-    found = _cache().get(key)
+    found = _lookup_cache.get(key)
     if found is None:
         found = AccessKey.objects.filter(token_hash=token_hash).first() or _MISSING
         if found is not _MISSING:
-            _cache().set(key, found, _timeout_s())
+            _lookup_cache.set(key, found)
     return None if found == _MISSING else found
 
 
 def _cached(key: str, load: Callable[[], Any]) -> Any:
     """The cached value of ``key``, else ``load()`` (cached for ``HALFMOON_LOOKUP_CACHE_MS``
     unless None: a missing row is read again next time)."""
-    found = _cache().get(key)
+    found = _lookup_cache.get(key)
     if found is None:
         found = load()
         if found is not None:
-            _cache().set(key, found, _timeout_s())
+            _lookup_cache.set(key, found)
     return found
 
 
@@ -196,11 +241,11 @@ def topic_by_name(name: str) -> Topic | None:
 def producer_group_exists(name: str) -> bool:
     """True if the producer group ``name`` exists."""
     key = f"pgroup:{name}"
-    if _cache().get(key):
+    if _lookup_cache.get(key):
         return True
     exists = ProducerGroup.objects.filter(name=name).exists()
     if exists:
-        _cache().set(key, True, _timeout_s())
+        _lookup_cache.set(key, True)
     return exists
 
 
@@ -223,12 +268,12 @@ def consumer_group_by_name(name: str) -> ConsumerGroup | None:
 def consumer_group_forget(name: str) -> None:
     """Drop the cached consumer group ``name`` (after a change that sends no ``post_save``,
     such as a queryset ``update``)."""
-    _cache().delete(f"cgroup:{name}")
+    _lookup_cache.delete(f"cgroup:{name}")
 
 
 def topic_forget(name: str) -> None:
     """Drop the cached topic ``name`` (after a queue lookup failed, e.g. it was recreated)."""
-    _cache().delete(f"topic:{name}")
+    _lookup_cache.delete(f"topic:{name}")
 
 
 @receiver([post_save, post_delete], sender=AccessKey)
@@ -237,10 +282,10 @@ def _access_key_changed(sender: type, instance: AccessKey, **kwargs: Any) -> Non
 
     def committed() -> None:
         # Again after the commit: a request of this process may have read the old row meanwhile.
-        _cache().delete(_access_key_cache_key(token_hash))
+        _lookup_cache.delete(_access_key_cache_key(token_hash))
         _access_key_generation.announce()
 
-    _cache().delete(_access_key_cache_key(token_hash))
+    _lookup_cache.delete(_access_key_cache_key(token_hash))
     transaction.on_commit(committed)
 
 
@@ -251,7 +296,7 @@ def _topic_changed(sender: type, instance: Topic, **kwargs: Any) -> None:
 
 @receiver([post_save, post_delete], sender=ProducerGroup)
 def _producer_group_changed(sender: type, instance: ProducerGroup, **kwargs: Any) -> None:
-    _cache().delete(f"pgroup:{instance.name}")
+    _lookup_cache.delete(f"pgroup:{instance.name}")
 
 
 @receiver([post_save, post_delete], sender=ConsumerGroup)

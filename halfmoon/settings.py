@@ -179,14 +179,9 @@ DATABASES = {"default": _db}
 HALFMOON_WEB_THREADS = env_int("HALFMOON_WEB_THREADS", 4, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Per-process cache of access keys, topics and producer groups (broker.lookups).
+# Access keys, topics and groups are cached per process by broker.lookups itself.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "default"},
-    "lookups": {
-        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-        "LOCATION": "halfmoon-lookups",
-        "OPTIONS": {"MAX_ENTRIES": 10000},
-    },
 }
 
 # --- Redis, Channels, Celery -----------------------------------------------------------------

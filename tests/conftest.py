@@ -35,9 +35,9 @@ def _lookups_forgotten() -> None:
     """Each test starts with an empty lookup cache (``broker.lookups``): the database of the
     test before was rolled back, so what it cached (a topic, a consumer group) no longer
     exists."""
-    from django.core.cache import caches
+    from broker.lookups import lookups_forget_all
 
-    caches["lookups"].clear()
+    lookups_forget_all()
 
 
 @pytest.fixture(scope="session")
