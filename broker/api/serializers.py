@@ -33,6 +33,7 @@ from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, system_topic_pat
 from broker.services.admin import RESERVED_GROUP_PREFIXES
 from broker.services.audit import REASON_MAX_LENGTH
 
+
 class CompiledRegexValidator(RegexValidator):
     """Django's ``RegexValidator`` with its pattern compiled when it is made: Django keeps it as
     a lazy object, and every match then goes through the proxy (2% of a batch's handling, the
