@@ -53,11 +53,13 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything can query with it: NUL in a path (404) or query parameter (400).
     "halfmoon.nul_guard.NulGuardMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, CSRF, auth and messages middleware, passed over by api-v1's requests,
+    # which authenticate by access key and keep no session (halfmoon.console_middleware).
+    "halfmoon.console_middleware.ConsoleSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "halfmoon.console_middleware.ConsoleCsrfViewMiddleware",
+    "halfmoon.console_middleware.ConsoleAuthenticationMiddleware",
+    "halfmoon.console_middleware.ConsoleMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes asks: turns a refused sign-in into the lockout page.
     "axes.middleware.AxesMiddleware",
@@ -296,6 +298,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["broker.api.permissions.IsAuthenticatedKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["broker.api.parsers.LimitedJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "broker.api.negotiation.JSONFirstNegotiation",
     "EXCEPTION_HANDLER": "broker.api.exceptions.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,

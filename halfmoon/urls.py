@@ -6,13 +6,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from broker.api import ops
 
 urlpatterns = [
+    # api-v1 first: Django tries the routes in order, and every producer's request is one.
+    path("api/v1/", include("broker.api.urls")),
     path("", RedirectView.as_view(pattern_name="console:overview"), name="root"),
     path("console/", include("console.urls")),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/v1/", include("broker.api.urls")),
     path("admin/", admin.site.urls),
 ]
 

@@ -15,27 +15,14 @@ from broker.api import (
 )
 
 _ROUTES = [
-    # Batches first: their fixed paths must not be read as a transaction or message id.
+    # A producer's transactions first, the routes every send and end resolves (Django tries the
+    # routes in order); the batches before ``transactions/<msgid>``, which their fixed paths
+    # would otherwise match as a transaction id.
     ("transactions/batch", views_batch.TransactionBatchView, "transaction-batch"),
     ("transactions/end-batch", views_batch.TransactionEndBatchView, "transaction-end-batch"),
-    ("messages/batch", views_batch.MessageBatchView, "message-batch"),
-    ("topics", views.TopicListCreateView, "topic-list"),
-    ("topics/<name:name>", views.TopicDetailView, "topic-detail"),
-    ("producer-groups", views.ProducerGroupListCreateView, "producer-group-list"),
-    ("producer-groups/<name:name>", views.ProducerGroupDetailView, "producer-group-detail"),
-    (
-        "producer-groups/<name:name>/check-requests",
-        views_poll.CheckRequestsView,
-        "producer-group-check-requests",
-    ),
-    ("consumer-groups", views.ConsumerGroupListCreateView, "consumer-group-list"),
-    ("consumer-groups/<name:group>/receive", views_poll.ReceiveView, "consumer-receive"),
-    ("consumer-groups/<name:group>/ack", views.AckView, "consumer-ack"),
-    ("messages", views.MessageListCreateView, "message-list"),
-    ("messages/<msgid:msg_id>", views.MessageDetailView, "message-detail"),
     ("transactions", views.TransactionListCreateView, "transaction-list"),
-    ("transactions/<msgid:transaction_id>", views.TransactionDetailView, "transaction-detail"),
     ("transactions/<msgid:transaction_id>/end", views.TransactionEndView, "transaction-end"),
+    ("transactions/<msgid:transaction_id>", views.TransactionDetailView, "transaction-detail"),
     (
         "transactions/<msgid:transaction_id>/timeline",
         views.TransactionTimelineView,
@@ -50,6 +37,21 @@ _ROUTES = [
         "transactions/<msgid:transaction_id>/resume-check",
         views.TransactionResumeCheckView,
         "transaction-resume-check",
+    ),
+    ("messages/batch", views_batch.MessageBatchView, "message-batch"),
+    ("messages", views.MessageListCreateView, "message-list"),
+    ("messages/<msgid:msg_id>", views.MessageDetailView, "message-detail"),
+    ("consumer-groups", views.ConsumerGroupListCreateView, "consumer-group-list"),
+    ("consumer-groups/<name:group>/receive", views_poll.ReceiveView, "consumer-receive"),
+    ("consumer-groups/<name:group>/ack", views.AckView, "consumer-ack"),
+    ("topics", views.TopicListCreateView, "topic-list"),
+    ("topics/<name:name>", views.TopicDetailView, "topic-detail"),
+    ("producer-groups", views.ProducerGroupListCreateView, "producer-group-list"),
+    ("producer-groups/<name:name>", views.ProducerGroupDetailView, "producer-group-detail"),
+    (
+        "producer-groups/<name:name>/check-requests",
+        views_poll.CheckRequestsView,
+        "producer-group-check-requests",
     ),
     (
         "reconciliation/runs/latest",

@@ -307,11 +307,17 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
         # Locked by primary key alone, in id order; the group and state are checked on the
         # locked rows (their current version): a condition on them in the locking query let
         # the planner pick the (producer_group, state) index and scan every PREPARED row of
-        # the group for each end.
-        "locked AS (SELECT transaction_id, producer_group, state, topic, queue_id, "
-        f"half_queue_id, half_queue_offset, half_commit_log_offset FROM {table} "
-        "WHERE transaction_id IN (SELECT transaction_id FROM items) "
-        "ORDER BY transaction_id FOR UPDATE)",
+        # the group for each end. One primary-key lookup per item (a LATERAL subquery that
+        # locks is never turned into a join): as a join of the items with the table, the
+        # generic plan that a connection's prepared statement keeps, made while the table
+        # was small, was a hash join over the whole table, on every end for the
+        # connection's life (docs/design.md "Prepared statements on growing tables").
+        "locked AS (SELECT t.transaction_id, t.producer_group, t.state, t.topic, "
+        "t.queue_id, t.half_queue_id, t.half_queue_offset, t.half_commit_log_offset "
+        "FROM (SELECT DISTINCT transaction_id FROM items ORDER BY transaction_id) i "
+        "CROSS JOIN LATERAL (SELECT transaction_id, producer_group, state, topic, queue_id, "
+        f"half_queue_id, half_queue_offset, half_commit_log_offset FROM {table} x "
+        "WHERE x.transaction_id = i.transaction_id FOR UPDATE) t)",
         "gate AS (SELECT t.transaction_id, t.topic, t.queue_id, t.half_queue_id, "
         "t.half_queue_offset, t.half_commit_log_offset, i.state, i.action, i.resolved_by, "
         "i.reason FROM locked t JOIN items i ON i.transaction_id = t.transaction_id "

@@ -1,0 +1,46 @@
+"""Content negotiation of api-v1: DRF's, with the answer to the usual requests known ahead.
+
+Every api-v1 answer is JSON (``JSONRenderer``, the only renderer). A client that sends no
+``Accept`` header, ``*/*`` or ``application/json`` (wrk, httpx, our Python client) gets
+``application/json`` from DRF's ``DefaultContentNegotiation`` after it parses the header into
+media types, orders them by precedence and matches each against the renderers: about 3% of a
+web process's CPU under ``bench/throughput.py``'s per-request load. Those three headers are
+answered here without the parsing; every other header, and a ``?format=`` override, go through
+DRF's negotiation unchanged (a 406 ``not_acceptable`` for a type the API cannot render).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
+
+_USUAL_ACCEPT = frozenset({None, "*/*", "application/json"})
+
+
+class JSONFirstNegotiation(DefaultContentNegotiation):
+    """DRF's ``DefaultContentNegotiation``; for a request whose ``Accept`` header is absent,
+    ``*/*`` or ``application/json``, without a format override, the first renderer and its
+    media type at once: what DRF's negotiation chooses for them when that renderer is
+    ``application/json``."""
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: Any = None
+    ) -> tuple[BaseRenderer, str]:
+        """(renderer, accepted media type), as ``DefaultContentNegotiation.select_renderer``.
+
+        Raises:
+            NotAcceptable, Http404: as DRF's negotiation, for the requests it decides.
+        """
+        first = renderers[0] if renderers else None
+        if (
+            first is not None
+            and first.media_type == "application/json"
+            and format_suffix is None
+            and request.META.get("HTTP_ACCEPT") in _USUAL_ACCEPT
+            and not request.query_params.get(self.settings.URL_FORMAT_OVERRIDE)
+        ):
+            return first, first.media_type
+        return super().select_renderer(request, renderers, format_suffix)
