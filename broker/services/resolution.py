@@ -312,8 +312,7 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
         # generic plan that a connection's prepared statement keeps, made while the table
         # was small, was a hash join over the whole table, on every end for the
         # connection's life (docs/design.md "Prepared statements on growing tables").
-        "locked AS (SELECT t.transaction_id, t.producer_group, t.state, t.topic, "
-        "t.queue_id, t.half_queue_id, t.half_queue_offset, t.half_commit_log_offset "
+        "locked AS (SELECT t.* "
         "FROM (SELECT DISTINCT transaction_id FROM items ORDER BY transaction_id) i "
         "CROSS JOIN LATERAL (SELECT transaction_id, producer_group, state, topic, queue_id, "
         f"half_queue_id, half_queue_offset, half_commit_log_offset FROM {table} x "
