@@ -332,7 +332,9 @@ def test_a_dead_group_does_not_delay_a_healthy_one(
     in the first round in which they are due; DEAD and DOWN are capped per round and backed
     off; DEAD's timed-out checks count as UNKNOW, DOWN's refused ones do not count."""
     one_queue["HALFMOON_CHECK_GROUP_MAX_IN_FLIGHT"] = 4
-    one_queue["HALFMOON_CHECK_REQUEST_TIMEOUT_MS"] = 300
+    # Long enough for HEALTHY's answers on a loaded CI machine (300 ms lost two of them there
+    # once), short enough that the fresh transactions below are born within the 5 s backoff.
+    one_queue["HALFMOON_CHECK_REQUEST_TIMEOUT_MS"] = 1000
     one_queue["HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS"] = 5000
     one_queue["HALFMOON_TRANSACTION_CHECK_INTERVAL_MS"] = 30_000
     one_queue["HALFMOON_TRANSACTION_CHECK_MAX"] = 1000
