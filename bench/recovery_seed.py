@@ -218,7 +218,6 @@ def seed(n: int, *, start: int = 0) -> None:
         ConsumeQueue.objects.filter(topic=TOPIC, queue_id=rq).update(max_offset=real_next[rq])
     from django.db import connection
 
-    if connection.vendor == "postgresql":  # statistics, as a long-running database has them
-        with connection.cursor() as cursor:
-            for model in (Message, Transaction, Resolution, TransactionEvent, ConsumeQueue):
-                cursor.execute(f"ANALYZE {model._meta.db_table}")
+    with connection.cursor() as cursor:  # statistics, as a long-running database has them
+        for model in (Message, Transaction, Resolution, TransactionEvent, ConsumeQueue):
+            cursor.execute(f"ANALYZE {model._meta.db_table}")

@@ -1031,8 +1031,8 @@ BARE_SERVINGS = {
 
 def measure_bare(pg: Pg, args: argparse.Namespace, serving: str = "gunicorn-sync") -> WrkResult:
     """Serve bench/bare as ``serving`` (gunicorn sync x2 with ``CONN_MAX_AGE``: the fastest
-    standard serving measured for it, ../shared/reference/performance-notes.md; or uvicorn x2
-    with the pool) and drive it with tx.lua as Halfmoon is driven."""
+    standard serving measured for it, ~450 tx/s where uvicorn x2 with the pool made ~290; or
+    uvicorn x2 with the pool) and drive it with tx.lua as Halfmoon is driven."""
     label = f"bare django {serving}"
     log = LOG_DIR / f"bare-{serving}.log"
     wrk_log = LOG_DIR / f"bare-{serving}-wrk.log"

@@ -670,18 +670,24 @@ class ReconciliationRun(models.Model):
     half message times it judged (``since_timestamp``..``until_timestamp``, ms), how far the
     archive reached (``as_of_timestamp``), its counts and, once finished, where its Parquet
     output lies. Anomalies beyond HALFMOON_RECONCILE_MAX_STORED_ANOMALIES are counted in
-    ``anomaly_counts`` and kept only in the Parquet output."""
+    ``anomaly_counts`` and kept only in the Parquet output.
+
+    A SKIPPED run records a decision not to run (nothing archived yet, or nothing settled
+    since the last run): ``reason`` says why and ``settles_timestamp`` when the oldest
+    transaction not yet judged settles (None when there is none). Its window is the empty one
+    the decision saw; with nothing archived, ``since``, ``until`` and ``as_of`` are None."""
 
     class State(models.TextChoices):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        SKIPPED = "skipped"
 
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     trigger = models.CharField(max_length=160, help_text="command, beat, or console:<username>")
-    since_timestamp = models.BigIntegerField()
-    until_timestamp = models.BigIntegerField()
-    as_of_timestamp = models.BigIntegerField()
+    since_timestamp = models.BigIntegerField(null=True, blank=True)
+    until_timestamp = models.BigIntegerField(null=True, blank=True)
+    as_of_timestamp = models.BigIntegerField(null=True, blank=True)
     started_timestamp = models.BigIntegerField(default=now_ms)
     finished_timestamp = models.BigIntegerField(null=True, blank=True)
     spark_master = models.CharField(max_length=255)
@@ -692,6 +698,12 @@ class ReconciliationRun(models.Model):
     anomaly_counts = models.JSONField(default=dict, help_text="Anomalies by kind (all of them)")
     anomalies_stored = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="", help_text="Why a skipped run did not run")
+    settles_timestamp = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Skipped: when the oldest transaction not yet judged settles (ms)",
+    )
 
     class Meta:
         ordering = ["-id"]

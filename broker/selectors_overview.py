@@ -34,15 +34,12 @@ Resolution latency is ``resolved_timestamp - born_timestamp`` of the COMMITTED a
 rows: ``transaction_resolve_locked`` writes the ``Resolution`` and the transaction's
 ``resolved_timestamp`` from the same clock reading, so this is ``Resolution.resolved_timestamp
 - Transaction.born_timestamp`` read through the transaction's index. Percentiles are
-PostgreSQL's ``percentile_disc`` (nearest rank) on PostgreSQL, the same nearest rank in Python
-elsewhere (SQLite); both read only the window's rows.
+PostgreSQL's ``percentile_disc`` (nearest rank) over the window's rows only.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from itertools import groupby
 
 from django.db import connection
 from django.db.models import (
@@ -52,7 +49,6 @@ from django.db.models import (
     F,
     OuterRef,
     Q,
-    QuerySet,
     Subquery,
     Value,
     When,
@@ -301,49 +297,10 @@ def check_histogram(check_max: int) -> list[int]:
     return counts
 
 
-def nearest_rank(sorted_values: list[int], p: float) -> int:
-    """The ``p`` percentile (0 < p <= 1) of ``sorted_values`` (ascending, not empty) by nearest
-    rank: the smallest value with at least ``p`` of the values at or below it, as PostgreSQL's
-    ``percentile_disc``."""
-    rank = max(1, math.ceil(p * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
-def _resolved_in(window: OverviewWindow) -> QuerySet[Transaction]:
-    return Transaction.objects.filter(
-        resolved_timestamp__gte=window.start, state__in=RESOLVED_STATES
-    )
-
-
-def resolution_latency(
-    window: OverviewWindow, *, in_database: bool | None = None
-) -> list[GroupLatency]:
-    """Resolution latency per producer group over ``window``: p50/p95/p99 (nearest rank) of
-    ``resolved_timestamp - born_timestamp`` (ms) of the transactions committed or rolled back
-    in it, by name.
-
-    ``in_database``: compute the percentiles with ``percentile_disc`` in the query (default:
-    on PostgreSQL) or in Python over the window's latencies (default elsewhere, e.g. SQLite).
-    """
-    if in_database is None:
-        in_database = connection.vendor == "postgresql"
-    if in_database:
-        return _latency_postgresql(window)
-    rows = (
-        _resolved_in(window)
-        .annotate(latency=F("resolved_timestamp") - F("born_timestamp"))
-        .order_by("producer_group", "latency")
-        .values_list("producer_group", "latency")
-    )
-    out = []
-    for group, items in groupby(rows.iterator(), key=lambda row: row[0]):
-        values = [latency for _, latency in items]
-        p50, p95, p99 = (nearest_rank(values, p) for p in PERCENTILES)
-        out.append(GroupLatency(group, len(values), p50, p95, p99))
-    return out
-
-
-def _latency_postgresql(window: OverviewWindow) -> list[GroupLatency]:
+def resolution_latency(window: OverviewWindow) -> list[GroupLatency]:
+    """Resolution latency per producer group over ``window``: p50/p95/p99 (nearest rank,
+    ``percentile_disc``) of ``resolved_timestamp - born_timestamp`` (ms) of the transactions
+    committed or rolled back in it, by name."""
     table = Transaction._meta.db_table
     percentiles = ", ".join(
         "percentile_disc(%s) WITHIN GROUP (ORDER BY resolved_timestamp - born_timestamp)"
@@ -363,7 +320,7 @@ def _latency_postgresql(window: OverviewWindow) -> list[GroupLatency]:
 def oldest_pending_per_group(now: int) -> list[OldestPending]:
     """The oldest PREPARED transaction (by ``born_timestamp``, then id) of each producer group
     with any pending, with the group's pending count, oldest first. One query over the pending
-    set (window functions: PostgreSQL, SQLite 3.25+)."""
+    set (window functions)."""
     by_group = [F("producer_group")]
     rows = (
         Transaction.objects.filter(state=TransactionState.PREPARED)

@@ -13,10 +13,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import F, Max, QuerySet, Sum
+from django.db.models import F, Max, Min, QuerySet, Sum
 
+from broker.constants import HALF_TOPIC
 from broker.errors import NotFound
 from broker.models import (
+    ArchiveWatermark,
+    Message,
     ReconciliationAnalytics,
     ReconciliationAnomaly,
     ReconciliationRun,
@@ -67,6 +70,23 @@ def reconciliation_run_latest() -> ReconciliationRun:
     return run
 
 
+def reconciliation_run_by_trigger(trigger: str) -> ReconciliationRun | None:
+    """The latest run started by ``trigger`` (e.g. ``demo:<run>``), whatever its state, with
+    ``duration_ms``; None before it exists."""
+    return _runs().filter(trigger=trigger).order_by("-id").first()
+
+
+def archive_reach() -> int:
+    """How far the archive reaches (ms): ``ArchiveWatermark("logs")``'s
+    ``archived_until_timestamp``, 0 before the first export."""
+    reach = (
+        ArchiveWatermark.objects.filter(name="logs")
+        .values_list("archived_until_timestamp", flat=True)
+        .first()
+    )
+    return reach or 0
+
+
 @dataclass(frozen=True)
 class RunsPage:
     """A page of runs, newest first; ``next_before``: the ``before`` of the next (older) page,
@@ -86,6 +106,32 @@ def reconciliation_runs_page(*, before: int | None = None, per_page: int) -> Run
     more = len(rows) > per_page
     rows = rows[:per_page]
     return RunsPage(rows, rows[-1].pk if more and rows else None)
+
+
+def half_message_first_stored(since_ms: int | None) -> int | None:
+    """The store time (ms) of the oldest half message stored at or after ``since_ms`` (of all
+    of them when None), or None when there is none: the oldest transaction a run has not yet
+    judged. One read of the commit log's ``store_timestamp`` index from ``since_ms`` on."""
+    rows = Message.objects.filter(topic=HALF_TOPIC)
+    if since_ms is not None:
+        rows = rows.filter(store_timestamp__gte=since_ms)
+    return rows.order_by("store_timestamp").values_list("store_timestamp", flat=True).first()
+
+
+def half_messages_stored_range(producer_group: str) -> tuple[int, int] | None:
+    """The store times (ms) of the first and the last of the half messages that
+    ``producer_group``'s transactions name (``half_commit_log_offset``; a resumed transaction
+    names its latest copy), or None when it has none. Indexed reads: the group's transactions,
+    then their half messages by primary key."""
+    first_halves = Transaction.objects.filter(producer_group=producer_group).values(
+        "half_commit_log_offset"
+    )
+    found = Message.objects.filter(commit_log_offset__in=first_halves).aggregate(
+        first=Min("store_timestamp"), last=Max("store_timestamp")
+    )
+    if found["first"] is None:
+        return None
+    return found["first"], found["last"]
 
 
 def reconciliation_anomalies(

@@ -15,6 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 from broker.pipeline import DRIVER_MEMORY_DEFAULT
 from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
 from halfmoon.broker_settings import BROKER_SETTINGS
+from halfmoon.embedded import DATABASE as EMBEDDED_DATABASE
+from halfmoon.embedded import POSTGRES_PORT_DEFAULT as EMBEDDED_POSTGRES_PORT_DEFAULT
 from halfmoon.env import env_bool, env_int, env_str
 from halfmoon.security import DEVELOPMENT_SECRET_KEY
 
@@ -122,58 +124,63 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------------
-# Embedded default: a SQLite file under var/, in WAL mode, every transaction BEGIN IMMEDIATE so
-# that a writer holds the write lock from its first statement (the broker's read-then-write
-# services then see no lost updates). PostgreSQL (DATABASE_URL=postgres://...) for production
-# and the tests, set up per server kind (HALFMOON_SERVER; docs/operations.md "Serving: what was
-# measured"):
+# PostgreSQL only: DATABASE_URL (postgres://user:password@host:5432/name). Unset, it is the
+# quick start's embedded server (halfmoon.embedded), which bin/run starts on 127.0.0.1 at
+# HALFMOON_EMBEDDED_POSTGRES_PORT, database "halfmoon", so manage.py in another terminal reaches
+# the running broker with no environment. Set up per server kind (HALFMOON_SERVER;
+# docs/operations.md "Serving: what was measured"):
 # - "asgi" (the default: uvicorn, Celery, manage.py): Django's psycopg connection pool; under
 #   ASGI each request runs in a fresh thread, so CONN_MAX_AGE would open a connection per request
-#   (../shared/reference/performance-notes.md);
+#   (and run PostgreSQL out of connections);
 # - "wsgi" (gunicorn sync workers, one request at a time per process): one persistent
 #   connection per process (CONN_MAX_AGE, HALFMOON_DB_CONN_MAX_AGE seconds, checked before
 #   reuse), no pool.
 HALFMOON_SERVER = env_str("HALFMOON_SERVER", "asgi")
 if HALFMOON_SERVER not in ("asgi", "wsgi"):
     raise ImproperlyConfigured(f"HALFMOON_SERVER={HALFMOON_SERVER!r} is neither asgi nor wsgi")
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'halfmoon.sqlite3'}")
+HALFMOON_EMBEDDED_POSTGRES_PORT = env_int(
+    "HALFMOON_EMBEDDED_POSTGRES_PORT", EMBEDDED_POSTGRES_PORT_DEFAULT, minimum=1, maximum=65535
+)
+DATABASE_URL = env_str(
+    "DATABASE_URL",
+    f"postgres://postgres@127.0.0.1:{HALFMOON_EMBEDDED_POSTGRES_PORT}/{EMBEDDED_DATABASE}",
+)
+_scheme = DATABASE_URL.partition("://")[0] if "://" in DATABASE_URL else ""
+if _scheme not in ("postgres", "postgresql", "pgsql"):
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must be a PostgreSQL URL (postgres://user:password@host:5432/name), not "
+        f"{_scheme + '://' if _scheme else repr(DATABASE_URL)}: Halfmoon runs on PostgreSQL only. "
+        "Leave DATABASE_URL unset for bin/run's embedded server; data kept in SQLite moves "
+        'as README\'s "Moving from the SQLite default" says.'
+    )
 _db = dj_database_url.parse(DATABASE_URL)
-if _db["ENGINE"] == "django.db.backends.sqlite3":
-    _db["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+_db["CONN_MAX_AGE"] = 0
+# A database that is away fails fast instead of hanging a request: libpq's connect_timeout
+# bounds each connection attempt (a host that never answers), the pool's timeout a request's
+# wait for a connection; past either the API answers 503 service_unavailable
+# (broker.api.exceptions). Options given in DATABASE_URL's query string are kept.
+_db.setdefault("OPTIONS", {}).setdefault(
+    "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
+)
+# A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
+# (psycopg's prepare_threshold). Only the broker's set-based statements bind their parameters
+# server-side, and so get prepared (broker.services.storage.statement_cursor): PostgreSQL plans
+# a send's and an end's CTE (~1.5-2.5 ms of planning apiece) once per connection instead of on
+# every request. The ORM keeps Django's client-side binding. 0 turns preparing off, as a
+# PgBouncer in transaction pooling mode needs (docs/operations.md "Prepared statements").
+_db["OPTIONS"].setdefault(
+    "prepare_threshold", env_int("HALFMOON_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
+)
+if HALFMOON_SERVER == "wsgi":
+    _db["CONN_MAX_AGE"] = env_int("HALFMOON_DB_CONN_MAX_AGE", 600, minimum=0)
+    _db["CONN_HEALTH_CHECKS"] = True
+elif env_bool("HALFMOON_DB_POOL", True):
+    _db["OPTIONS"]["pool"] = {
+        "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
+        "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
+        "timeout": env_int("HALFMOON_DB_POOL_TIMEOUT", 5, minimum=1),
     }
-    _db["CONN_MAX_AGE"] = 0
-elif _db["ENGINE"] == "django.db.backends.postgresql":
-    _db["CONN_MAX_AGE"] = 0
-    # A database that is away fails fast instead of hanging a request: libpq's connect_timeout
-    # bounds each connection attempt (a host that never answers), the pool's timeout a
-    # request's wait for a connection; past either the API answers 503 service_unavailable
-    # (broker.api.exceptions). Options given in DATABASE_URL's query string are kept.
-    _db.setdefault("OPTIONS", {}).setdefault(
-        "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
-    )
-    # A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
-    # (psycopg's prepare_threshold). Only the broker's set-based statements bind their
-    # parameters server-side, and so get prepared (broker.services.storage.statement_cursor):
-    # PostgreSQL plans a send's and an end's CTE (~1.5-2.5 ms of planning apiece) once per
-    # connection instead of on every request. The ORM keeps Django's client-side binding. 0
-    # turns preparing off, as a PgBouncer in transaction pooling mode needs (docs/operations.md
-    # "Prepared statements").
-    _db["OPTIONS"].setdefault(
-        "prepare_threshold", env_int("HALFMOON_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
-    )
-    if HALFMOON_SERVER == "wsgi":
-        _db["CONN_MAX_AGE"] = env_int("HALFMOON_DB_CONN_MAX_AGE", 600, minimum=0)
-        _db["CONN_HEALTH_CHECKS"] = True
-    elif env_bool("HALFMOON_DB_POOL", True):
-        _db["OPTIONS"]["pool"] = {
-            "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
-            "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
-            "timeout": env_int("HALFMOON_DB_POOL_TIMEOUT", 5, minimum=1),
-        }
-    _db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
+_db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
 DATABASES = {"default": _db}
 # Threads per web process serving the views (every HTTP request; a long poll's wait is in the
 # event loop) through Django's WSGI handler (halfmoon.serving): at most that many requests per

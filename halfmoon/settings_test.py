@@ -1,5 +1,6 @@
-"""Settings for the test suite: the same as production, with PostgreSQL as the default
-database (tests run against real PostgreSQL and Redis, never the embedded SQLite file)."""
+"""Settings for the test suite: the same as production, with the machine's PostgreSQL
+(127.0.0.1:5432) as the default database; bin/test sets DATABASE_URL to an embedded server of
+its own when none answers there. Tests run against real PostgreSQL and Redis."""
 
 import os
 

@@ -16,8 +16,10 @@ def archive_export() -> int:
 
 @shared_task(name="tasks.pipeline.reconcile", ignore_result=True)
 def reconcile(trigger: str = "beat") -> int | None:
-    """Run the reconciliation over what the archive holds since the last run (``trigger``:
-    ``beat``, or ``console:<username>`` for the console's "Run now")."""
+    """Run the reconciliation over what the archive holds since the last run, or record it
+    SKIPPED with the reason when nothing has settled (``trigger``: ``beat``,
+    ``console:<username>`` for the console's "Run now", ``demo`` for ``manage.py demo
+    --reconcile``). Returns the run's id; None when another run was going on."""
     from broker.services.reconciliation import reconciliation_run_scheduled
 
     return reconciliation_run_scheduled(trigger=trigger)

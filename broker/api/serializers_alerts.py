@@ -1,5 +1,5 @@
 """Input validation and output shapes of the alert rules endpoints (``/api/v1/alert-rules``,
-an addition to api-v1; ``docs/api-additions.md``). Inputs check form with the strict JSON
+an addition to api-v1; ``docs/api.md``). Inputs check form with the strict JSON
 fields of ``broker.api.serializers``; the service (``broker.services.alerts.rules``) checks
 meaning (the group exists, the kind's defaults)."""
 

@@ -53,6 +53,7 @@ _ROUTES = [
         views_poll.CheckRequestsView,
         "producer-group-check-requests",
     ),
+    ("reconciliation/runs", views.ReconciliationRunListView, "reconciliation-run-list"),
     (
         "reconciliation/runs/latest",
         views.ReconciliationRunLatestView,

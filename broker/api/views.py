@@ -483,12 +483,38 @@ class ReconciliationRunLatestView(_ReconciliationRunView):
         return self.answer(request, selectors_reconciliation.reconciliation_run_latest)
 
 
+class ReconciliationRunListView(APIView):
+    """``GET /api/v1/reconciliation/runs``: the runs, newest first, whatever their state."""
+
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        parameters=[s.ReconciliationRunsQuerySerializer],
+        responses={200: s.ReconciliationRunsOutSerializer, **_errors()},
+        operation_id="v1_reconciliation_runs_list",
+        summary="Reconciliation runs, newest first (admin key)",
+        description="Every run whatever its state, without anomalies: the first is the latest "
+        "decision, a run or a `skipped` one that says why (`reason`) and when the oldest "
+        "transaction not yet judged settles (`settles_timestamp`). `limit` runs (default 20, "
+        "at most 100) with an id below `before`; `next_before` pages on, null on the last "
+        "page. Admin key.",
+    )
+    def get(self, request: Request) -> Response:
+        query = validated(s.ReconciliationRunsQuerySerializer, request.query_params)
+        page = selectors_reconciliation.reconciliation_runs_page(
+            before=query.get("before"), per_page=query["limit"]
+        )
+        body = {"runs": page.runs, "next_before": page.next_before}
+        return Response(s.ReconciliationRunsOutSerializer(body).data)
+
+
 class ReconciliationRunDetailView(_ReconciliationRunView):
     """``GET /api/v1/reconciliation/runs/{id}``: one run, whatever its state."""
 
     @_run_schema(
         "One reconciliation run, whatever its state (admin key)",
-        "A `running` run has no counts yet, a `failed` one says why in `error`; 404 "
+        "A `running` run has no counts yet, a `failed` one says why in `error`, a `skipped` "
+        "one (not run: nothing archived or settled yet) in `reason`; 404 "
         "`reconciliation_run_not_found` for an unknown id.",
     )
     def get(self, request: Request, run_id: int) -> Response:

@@ -1,4 +1,4 @@
-"""api-v1 additions for Halfmoon's own alerts (``docs/api-additions.md``): the alert rules,
+"""api-v1 additions for Halfmoon's own alerts (``docs/api.md``): the alert rules,
 admin key only. ``GET``/``POST /api/v1/alert-rules`` and ``GET``/``PATCH``/``DELETE
 /api/v1/alert-rules/{name}``; every write goes through ``broker.services.alerts.rules``."""
 

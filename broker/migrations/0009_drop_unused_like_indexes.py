@@ -8,8 +8,7 @@ btree indexes that stay); yet every insert, and every update of a transaction th
 
 Dropped ``CONCURRENTLY`` (so outside a database transaction: the migration is not atomic), so a
 live broker's writes wait for no lock on these tables while it runs. A later ``AlterField`` of
-one of these fields would make Django create its index again: drop it in the same migration.
-PostgreSQL only (SQLite has no such indexes)."""
+one of these fields would make Django create its index again: drop it in the same migration."""
 
 from __future__ import annotations
 
@@ -28,10 +27,8 @@ LIKE_INDEXES = (
 
 
 def like_indexes_drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    """DROP INDEX CONCURRENTLY IF EXISTS each of ``LIKE_INDEXES`` (PostgreSQL only; outside a
-    database transaction)."""
-    if schema_editor.connection.vendor != "postgresql":
-        return
+    """DROP INDEX CONCURRENTLY IF EXISTS each of ``LIKE_INDEXES`` (outside a database
+    transaction)."""
     for index, _table, _column in LIKE_INDEXES:
         schema_editor.execute(
             f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(index)}"
@@ -39,10 +36,8 @@ def like_indexes_drop(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> Non
 
 
 def like_indexes_create(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    """Create ``LIKE_INDEXES`` again as Django had them, ``CONCURRENTLY`` (PostgreSQL only;
-    outside a database transaction)."""
-    if schema_editor.connection.vendor != "postgresql":
-        return
+    """Create ``LIKE_INDEXES`` again as Django had them, ``CONCURRENTLY`` (outside a database
+    transaction)."""
     quote = schema_editor.quote_name
     for index, table, column in LIKE_INDEXES:
         schema_editor.execute(

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
 
 from broker.constants import (
     PROPERTY_DELIVERY_ATTEMPT,
@@ -112,22 +111,6 @@ def _found(row: _Row | None, kind: NotFoundKind, name: str) -> _Row:
     return row
 
 
-def _offsets_lock(consumer_group: str, topic: str) -> list[ConsumerOffset]:
-    """The group's offsets of ``topic`` that no concurrent receiver of the group holds, locked
-    (``SKIP LOCKED``), each annotated ``pending``: a message of ``topic`` waits at or past it
-    (an ``EXISTS`` probe of the unique (topic, queue_id, queue_offset) index), so a receive
-    reads messages only from the queues that have some, and an idle topic costs this one
-    statement."""
-    waiting = Message.objects.filter(
-        topic=topic, queue_id=OuterRef("queue_id"), queue_offset__gte=OuterRef("offset")
-    )
-    return list(
-        ConsumerOffset.objects.select_for_update(skip_locked=True)
-        .filter(consumer_group=consumer_group, topic=topic)
-        .annotate(pending=Exists(waiting))
-    )
-
-
 def messages_receive(
     *, consumer_group: str, topic: str, max_messages: int, invisible_duration_ms: int
 ) -> list[Received]:
@@ -138,8 +121,8 @@ def messages_receive(
     by a concurrent receiver of the same group are skipped (``SKIP LOCKED``), so two receivers
     never get the same message at the same time. Each message handed out is journalled as a
     ``DeliveryEvent`` ``delivered`` (with its attempt), each dead letter as ``dead_lettered``.
-    On PostgreSQL the new messages are taken in one statement (``_take_postgresql``), so a
-    receive is BEGIN, the expired deliveries, that statement and COMMIT.
+    The new messages are taken in one statement (``_take``), so a receive is BEGIN, the expired
+    deliveries, that statement and COMMIT.
 
     Raises:
         NotFound: ``consumer_group_not_found``, ``topic_not_found``.
@@ -196,9 +179,8 @@ def messages_receive(
         DeliveryEvent.objects.bulk_create(journal)  # dead letters, then hand-outs again
         want = max_messages - len(out)
         if want > 0:
-            take = _take_postgresql if connection.vendor == "postgresql" else _take_orm
             out.extend(
-                take(
+                _take(
                     consumer_group=consumer_group,
                     topic=topic,
                     queue_nums=topic_obj.queue_nums,
@@ -222,57 +204,8 @@ def _offsets_create(consumer_group: str, topic: str, queue_nums: int) -> None:
     )
 
 
-def _take_orm(
-    *, consumer_group: str, topic: str, queue_nums: int, want: int, until: int, now: int
-) -> list[Received]:
-    """``_take_postgresql``'s work through the ORM (other databases: SQLite ignores ``SKIP
-    LOCKED`` and serializes writers itself), a few statements per queue with messages."""
-    out: list[Received] = []
-    offsets = _offsets_lock(consumer_group, topic)
-    if len(offsets) < queue_nums:
-        _offsets_create(consumer_group, topic, queue_nums)
-        offsets = _offsets_lock(consumer_group, topic)
-    random.shuffle(offsets)  # no queue starves the others when want is small
-    handed: list[Message] = []
-    for offset in offsets:
-        if len(out) >= want:
-            break
-        if not offset.pending:
-            continue
-        batch = list(
-            Message.objects.filter(
-                topic=topic, queue_id=offset.queue_id, queue_offset__gte=offset.offset
-            ).order_by("queue_offset")[: want - len(out)]
-        )
-        if not batch:
-            continue
-        deliveries = [
-            Delivery(
-                consumer_group=consumer_group,
-                message=m,
-                topic=topic,
-                delivery_attempt=1,
-                invisible_until_timestamp=until,
-                receipt_handle=_new_handle(),
-            )
-            for m in batch
-        ]
-        Delivery.objects.bulk_create(deliveries)
-        offset.offset = batch[-1].queue_offset + 1
-        offset.save(update_fields=["offset"])
-        out.extend(Received(d.message, 1, d.receipt_handle) for d in deliveries)
-        handed.extend(batch)
-    DeliveryEvent.objects.bulk_create(
-        _journal_entry(
-            group=consumer_group, message=m, kind=DeliveryEvent.Kind.DELIVERED, attempt=1, now=now
-        )
-        for m in handed
-    )
-    return out
-
-
 def _journal_insert_sql(source: str, *, attempt: str, order: str) -> str:
-    """PostgreSQL: the delivery journal's insert (``_journal_entry``'s row) of every message
+    """The delivery journal's insert (``_journal_entry``'s row) of every message
     row of the CTE ``source`` (its ``topic``, ``queue_id``, ``queue_offset``,
     ``commit_log_offset`` and ``msg_id``), for the group ``%(group)s``, of kind ``%(kind)s`` at
     ``%(now)s`` (ms); ``attempt`` and ``order`` are SQL expressions over ``source``."""
@@ -287,7 +220,7 @@ def _journal_insert_sql(source: str, *, attempt: str, order: str) -> str:
 
 @functools.cache
 def _take_sql() -> str:
-    """The statement of ``_take_postgresql``, built once per process."""
+    """The statement of ``_take``, built once per process."""
     qn = connection.ops.quote_name
     columns = ", ".join(f"m.{qn(f.column)}" for f in Message._meta.concrete_fields)
     taken_columns = ", ".join(f"t.{qn(f.column)}" for f in Message._meta.concrete_fields)
@@ -318,10 +251,10 @@ def _take_sql() -> str:
     )
 
 
-def _take_postgresql(
+def _take(
     *, consumer_group: str, topic: str, queue_nums: int, want: int, until: int, now: int
 ) -> list[Received]:
-    """PostgreSQL, inside the receive's database transaction: take up to ``want`` new messages
+    """Inside the receive's database transaction: take up to ``want`` new messages
     of ``topic`` for ``consumer_group`` in ONE statement (``_take_sql``): lock the group's
     offsets that no concurrent receiver holds (``SKIP LOCKED``), read each queue's messages at
     or past its offset, queues in a random order (no queue starves the others when ``want``
@@ -373,8 +306,7 @@ def messages_ack(
 
     A handle is valid until the message is acked or delivered again (then it has a new handle).
     Each delivery acked is journalled as a ``DeliveryEvent`` ``acked`` (with the attempt acked)
-    in the database transaction that deletes it: on PostgreSQL in the same statement
-    (``_ack_postgresql``).
+    in the same statement that deletes it (``_ack``).
 
     Returns:
         (acked, failed): failed lists ``{"receipt_handle", "code": "invalid_receipt_handle"}``.
@@ -385,10 +317,7 @@ def messages_ack(
     _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
     now = now_ms()
-    if connection.vendor == "postgresql":
-        found = _ack_postgresql(consumer_group, unique, now)
-    else:
-        found = _ack_orm(consumer_group, unique, now)
+    found = _ack(consumer_group, unique, now)
     acked = len(found)
     failed = [
         {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
@@ -396,34 +325,9 @@ def messages_ack(
     return acked, failed
 
 
-def _ack_orm(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
-    """``_ack_postgresql``'s work through the ORM (other databases), in one database
-    transaction: lock, delete and journal the deliveries."""
-    with transaction.atomic():
-        # of=self: lock the group's delivery rows, not the shared Message rows they join.
-        taken = list(
-            Delivery.objects.select_for_update(of=("self",))
-            .select_related("message")
-            .defer("message__body", "message__properties")
-            .filter(consumer_group=consumer_group, receipt_handle__in=receipt_handles)
-        )
-        Delivery.objects.filter(pk__in=[d.pk for d in taken]).delete()
-        DeliveryEvent.objects.bulk_create(
-            _journal_entry(
-                group=consumer_group,
-                message=d.message,
-                kind=DeliveryEvent.Kind.ACKED,
-                attempt=d.delivery_attempt,
-                now=now,
-            )
-            for d in taken
-        )
-    return {d.receipt_handle for d in taken}
-
-
 @functools.cache
 def _ack_sql() -> str:
-    """The statement of ``_ack_postgresql``, built once per process."""
+    """The statement of ``_ack``, built once per process."""
     deliveries, messages = Delivery._meta.db_table, Message._meta.db_table
     journal = _journal_insert_sql("acked", attempt="delivery_attempt", order="commit_log_offset")
     return (
@@ -435,8 +339,8 @@ def _ack_sql() -> str:
     )
 
 
-def _ack_postgresql(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
-    """PostgreSQL: delete the group's deliveries behind ``receipt_handles`` and journal each as
+def _ack(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
+    """Delete the group's deliveries behind ``receipt_handles`` and journal each as
     ``acked`` (at ``now``, ms, with the attempt acked) in ONE statement (``_ack_sql``), its own
     database transaction outside a caller's (a savepoint inside one). A delivery being handed
     out again by a concurrent receive is re-read after that receive commits (READ COMMITTED):

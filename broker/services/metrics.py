@@ -5,15 +5,14 @@ the history. Nothing is added to the write paths: a scrape folds (``metrics_fold
 
 Exactness. A fold adds the journal rows with id in ``(watermark, horizon]`` and moves the
 watermark to the horizon, in one database transaction holding the watermark row's lock. The
-horizon must be an id under which no row can still appear. On PostgreSQL a sequence hands ids
-out before the rows commit, so a row with a lower id may become visible after a higher one:
-the horizon is read under ``LOCK TABLE ... IN SHARE MODE``, which waits for every transaction
-writing the journal (an insert holds ``ROW EXCLUSIVE`` from before it draws its id until it
+horizon must be an id under which no row can still appear. A sequence hands ids out before
+the rows commit, so a row with a lower id may become visible after a higher one: the horizon
+is read under ``LOCK TABLE ... IN SHARE MODE``, which waits for every transaction writing the
+journal (an insert holds ``ROW EXCLUSIVE`` from before it draws its id until it
 commits) and holds new ones back only for the one index read of ``MAX(id)``; the lock is
 released before the fold itself. If the writers do not let go within
 ``HORIZON_LOCK_TIMEOUT_MS`` the fold is skipped (the reads count the rows above the watermark
-themselves, so the figures stay exact, and the next scrape folds them). On SQLite writes are
-serialised and ids commit in order, so ``MAX(id)`` is a horizon as it is.
+themselves, so the figures stay exact, and the next scrape folds them).
 
 The rollup is in the database, so it is shared by every web and Celery process and survives
 restarts. Rows a repair rewrites (``rebuild_transactions``) may already be folded: the rebuild
@@ -63,9 +62,6 @@ def _horizon(journal: type[Model]) -> int | None:
     table = connection.ops.quote_name(journal._meta.db_table)
     max_id = f"SELECT MAX(id) FROM {table}"
     with connection.cursor() as cursor:
-        if connection.vendor != "postgresql":
-            cursor.execute(max_id)
-            return cursor.fetchone()[0] or 0
         try:
             # A savepoint when the caller has a transaction open: a timeout undoes only this.
             with transaction.atomic():

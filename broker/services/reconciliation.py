@@ -22,6 +22,17 @@ One run at a time: the run holds the lease ``reconcile`` (``broker.services.leas
 by a heartbeat while Spark works); a second caller gets ``Conflict``
 ``reconciliation_running``. A run left RUNNING by a process that died is marked FAILED by the
 next run that gets the lease.
+
+Skipped runs. When a run asked for the default window cannot start because nothing is
+archived yet (``archive_empty``) or nothing has settled since the last run
+(``nothing_to_reconcile``), that decision is recorded, under the lease, as a run in state
+SKIPPED with its ``reason`` and ``settles_timestamp`` (when the oldest transaction not yet
+judged, the oldest half message stored since the window's start, settles: its store time plus
+``settle_ms``), and the caller gets ``ReconciliationSkipped`` naming it. Every attempt records
+one (beat's daily tick, the console's "Run now", ``manage.py reconcile``): attempts are rare,
+and each says what its caller saw. A window given by the caller that is empty or past the
+archive is the caller's mistake, refused (``InvalidInput``) and not recorded; a second caller
+while a run goes on (``Conflict``) records nothing either: the running run is the answer.
 """
 
 from __future__ import annotations
@@ -48,6 +59,8 @@ from broker.models import (
 )
 from broker.pipeline.schema import run_output_path
 from broker.rules.anomalies import ReconcileParams, settle_ms
+from broker.rules.audit import iso_utc
+from broker.selectors_reconciliation import half_message_first_stored
 from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
@@ -61,6 +74,26 @@ RECONCILE_LEASE = "reconcile"
 LEASE_TTL_MS = 60_000  # renewed every 20 s while the job runs; a dead runner frees it in 60 s
 WATERMARK = "logs"
 STORE_BATCH = 1000  # anomalies or analytics rows per INSERT (~1 MB of evidence at most)
+SKIP_CODES = ("archive_empty", "nothing_to_reconcile")  # refusals of the default window
+
+
+class ReconciliationSkipped(InvalidInput):
+    """A run of the default window could not start and was recorded as SKIPPED: ``run`` is
+    that run (its ``reason`` and ``settles_timestamp``). Keeps the refusal's ``code``
+    (``archive_empty`` or ``nothing_to_reconcile``) and ``details`` (plus ``run``, the run's
+    id, and ``settles_timestamp``); the message is the reason and names the run."""
+
+    def __init__(self, run: ReconciliationRun, refusal: InvalidInput) -> None:
+        super().__init__(
+            f"{run.reason} Recorded as reconciliation run {run.pk} (skipped).",
+            code=refusal.code,
+            details={
+                **(refusal.details or {}),
+                "run": run.pk,
+                "settles_timestamp": run.settles_timestamp,
+            },
+        )
+        self.run = run
 
 
 def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> ReconcileParams:
@@ -180,7 +213,10 @@ def reconciliation_run(
         (``{HALFMOON_ARCHIVE_URI}/reconciliation/run={id}``).
 
     Raises:
-        InvalidInput: the window (``reconciliation_window``).
+        ReconciliationSkipped: the default window (neither ``since_ms`` nor ``until_ms``
+            given) is refused as ``archive_empty`` or ``nothing_to_reconcile``; the decision
+            is stored as a SKIPPED run (``reconciliation_skip_record``), ``exc.run``.
+        InvalidInput: a window given by the caller (``reconciliation_window``).
         Conflict: ``reconciliation_running``, another run holds the lease.
         RuntimeError: the lease was lost while the job ran (``LeaseKeeper.lost``); the run is
             then FAILED and its result not stored.
@@ -196,7 +232,13 @@ def reconciliation_run(
     keeper.start()
     try:
         _interrupted_runs_fail()
-        params = reconciliation_window(since_ms=since_ms, until_ms=until_ms)
+        try:
+            params = reconciliation_window(since_ms=since_ms, until_ms=until_ms)
+        except InvalidInput as refusal:
+            if since_ms is not None or until_ms is not None or refusal.code not in SKIP_CODES:
+                raise
+            skipped = reconciliation_skip_record(trigger=trigger, refusal=refusal)
+            raise ReconciliationSkipped(skipped, refusal) from None
         run = ReconciliationRun.objects.create(
             trigger=trigger,
             since_timestamp=params.since_ms,
@@ -229,6 +271,44 @@ def reconciliation_run(
         run.transactions,
         run.anomaly_counts,
     )
+    return run
+
+
+def reconciliation_skip_record(*, trigger: str, refusal: InvalidInput) -> ReconciliationRun:
+    """Store the decision not to run as a SKIPPED run (finished when started) for ``trigger``:
+    the window ``refusal`` (``archive_empty`` or ``nothing_to_reconcile``, from
+    ``reconciliation_window``) saw (``since``, ``until``, ``as_of`` from its details; None
+    with nothing archived), its ``reason`` (the refusal's message, then when the oldest
+    transaction not yet judged settles, or that none is stored) and ``settles_timestamp``
+    (that time, ms: the first half message stored at or after ``since`` plus ``settle_ms``
+    with the settings now; None when there is no such half message). Returns the run."""
+    details = refusal.details or {}
+    since, until, as_of = details.get("since"), details.get("until"), details.get("as_of")
+    params = reconciliation_params(since_ms=since or 0, until_ms=until or 0, as_of_ms=as_of or 0)
+    oldest = half_message_first_stored(since)
+    settles = None if oldest is None else oldest + settle_ms(params)
+    after = f" since {iso_utc(since)}" if since is not None else ""
+    if settles is None:
+        outlook = f"No half message has been stored{after}: there is no transaction to judge."
+    else:
+        outlook = (
+            f"The oldest transaction not yet judged (half message stored {iso_utc(oldest)}) "
+            f"settles at {iso_utc(settles)}; a run once the archive reaches that time judges it."
+        )
+    now = now_ms()
+    run = ReconciliationRun.objects.create(
+        state=ReconciliationRun.State.SKIPPED,
+        trigger=trigger,
+        since_timestamp=since,
+        until_timestamp=until,
+        as_of_timestamp=as_of,
+        started_timestamp=now,
+        finished_timestamp=now,
+        spark_master=settings.HALFMOON_SPARK_MASTER,
+        reason=f"{refusal.message} {outlook}",
+        settles_timestamp=settles,
+    )
+    logger.info("reconciliation run %d skipped: %s", run.pk, run.reason)
     return run
 
 
@@ -336,18 +416,20 @@ def reconciliation_result_store(run: ReconciliationRun, result: ReconcileResult)
 
 
 def reconciliation_run_scheduled(*, trigger: str = "beat") -> int | None:
-    """The beat task's run (``tasks.pipeline.reconcile``, daily by default): a run over what
-    has settled since the last SUCCEEDED run, when there is anything.
+    """The beat task's run (``tasks.pipeline.reconcile``, daily by default) and the
+    console's "Run now": a run over what has settled since the last SUCCEEDED run.
 
     Returns:
-        the run's id, or None when there is nothing to judge (nothing archived yet, or no
-        transaction has settled since the last run) or another run is going on. A failing
-        job raises (the run is FAILED; the next tick tries the same window again).
+        the run's id: SUCCEEDED, or SKIPPED when there is nothing to judge (nothing archived
+        yet, or no transaction has settled since the last run; the run says why and when
+        the oldest transaction not yet judged settles). None when another run is going on
+        (that run is the answer; nothing is recorded). A failing job raises (the run is
+        FAILED; the next tick tries the same window again).
     """
     try:
         return reconciliation_run(trigger=trigger).pk
-    except InvalidInput as exc:
-        logger.info("reconciliation not run: %s", exc.message)
+    except ReconciliationSkipped as exc:
+        return exc.run.pk
     except Conflict as exc:
         logger.info("reconciliation not run: %s", exc.message)
     return None
@@ -356,8 +438,8 @@ def reconciliation_run_scheduled(*, trigger: str = "beat") -> int | None:
 def reconciliation_run_queue(*, trigger: str) -> None:
     """Queue a run on the pipeline worker (``tasks.pipeline.reconcile`` with ``trigger``, e.g.
     ``console:<username>``), once the caller's database transaction commits. The worker runs
-    it as ``reconciliation_run_scheduled`` does: over what has settled since the last run, if
-    anything has."""
+    it as ``reconciliation_run_scheduled`` does: over what has settled since the last run, or
+    records it SKIPPED with the reason when nothing has."""
     transaction.on_commit(
         lambda: current_app.send_task(RECONCILE_TASK, kwargs={"trigger": trigger})
     )

@@ -41,7 +41,6 @@ from broker.rules.states import (
 from broker.services.ops import op_buffer_note, op_buffer_notes
 from broker.services.storage import (
     message_copy,
-    message_copy_cte,
     message_deliver_cte,
     message_visible_on_commit,
     rows_cte,
@@ -59,13 +58,18 @@ def transaction_resolve_locked(
     tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str
 ) -> None:
     """Deliver (commit) or drop (rollback) a transaction and journal its resolution for the
-    Op log: the one place a transaction is resolved (producers, checks and operators).
+    Op log: the resolution of producers' ends taking the locked path, check answers and
+    operators.
 
-    A commit copies the half message (``message_copy``) to its real topic and queue, without
-    the half-only properties (REAL_TOPIC, REAL_QID, TRAN_MSG) and with ``sys_flag``
+    A commit copies the half message to its real topic and queue, without the half-only
+    properties (REAL_TOPIC, REAL_QID, TRAN_MSG) and with ``sys_flag``
     TRANSACTION_COMMIT_TYPE; a rollback delivers nothing. Either way a ``Resolution`` row is
     written, from which ``broker.services.ops.op_flush`` writes the Op message (RIP-50) after
-    this database transaction commits.
+    this database transaction commits. The writes are the statement of
+    ``transactions_resolve_prepared`` (``_resolve_sql``) for this one transaction, admitting it
+    in its current state, inside the caller's database transaction (no savepoint). Sets the
+    saved fields on ``tx`` (``state``, ``resolved_by``, ``resolved_timestamp``,
+    ``next_check_timestamp``, ``queue_offset`` of the delivered message).
 
     ``tx`` must be PREPARED (or DISCARDED, for an operator) and locked with
     ``select_for_update`` inside the caller's database transaction; ``resolved_by`` is one of
@@ -74,102 +78,12 @@ def transaction_resolve_locked(
 
     Raises:
         KeyError: ``action`` is not ``commit`` or ``rollback``.
+        LookupError: the half message or the real queue is missing; nothing was written.
+        IntegrityError: a second resolution; the caller's database transaction must roll back.
     """
-    now = now_ms()
-    state = state_of_action(action)
-    if connection.vendor == "postgresql":
-        _resolve_postgresql(tx, action=action, resolved_by=resolved_by, reason=reason, now=now)
-        op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
-        transaction_announce(tx, "resolved")
-        return
-    if state == TransactionState.COMMITTED:
-        half = Message.objects.get(pk=tx.half_commit_log_offset)
-        props = {k: v for k, v in half.properties.items() if k not in _HALF_ONLY_PROPERTIES}
-        delivered = message_copy(
-            half,
-            topic=tx.topic,
-            queue_id=tx.queue_id,
-            properties=props,
-            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
-            prepared_transaction_offset=half.commit_log_offset,
-        )
-        tx.queue_offset = delivered.queue_offset
-    Resolution.objects.create(
-        transaction=tx,
-        half_queue_id=tx.half_queue_id,
-        half_queue_offset=tx.half_queue_offset,
-        action=resolution_of_action(action),
-        resolved_by=resolved_by,
-        reason=reason,
-        resolved_timestamp=now,
-    )
-    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
-    _transaction_close(tx, state=state, resolved_by=resolved_by, now=now, also=["queue_offset"])
-    transaction_announce(tx, "resolved")
-
-
-def _resolve_postgresql(
-    tx: Transaction, *, action: ResolvingAction, resolved_by: str, reason: str, now: int
-) -> None:
-    """PostgreSQL: the writes of ``transaction_resolve_locked`` in one statement (one round
-    trip, no half message read back): for a commit the copy of the half message to its real
-    queue (``message_copy_cte``, as ``message_copy`` without the half-only properties), then the
-    ``Resolution`` row and the transaction's new state (as ``_transaction_close``). Sets the
-    saved fields on ``tx``.
-
-    Raises:
-        LookupError: the half message or the real queue is missing; the caller's database
-            transaction must roll back (a queue counter may have moved).
-        IntegrityError: a second resolution (``Resolution`` or delivery constraints).
-    """
-    state = state_of_action(action)
-    commit = state == TransactionState.COMMITTED
-    ctes: list[str] = []
-    params: list[Any] = []
-    if commit:
-        cte, cte_params = message_copy_cte(
-            source_commit_log_offset=tx.half_commit_log_offset,
-            topic=tx.topic,
-            queue_id=tx.queue_id,
-            drop_properties=_HALF_ONLY_PROPERTIES,
-            sys_flag=SYS_FLAG_TRANSACTION_COMMIT_TYPE,
-            prepared_transaction_offset=tx.half_commit_log_offset,
-            name="delivered",
-        )
-        ctes.append(cte)
-        params += cte_params
-    resolution = Resolution(
-        transaction=tx,
-        half_queue_id=tx.half_queue_id,
-        half_queue_offset=tx.half_queue_offset,
-        action=resolution_of_action(action),
-        resolved_by=resolved_by,
-        reason=reason,
-        resolved_timestamp=now,
-    )
-    fields = [f for f in Resolution._meta.concrete_fields if not f.primary_key]
-    params += [f.get_db_prep_save(getattr(resolution, f.attname), connection) for f in fields]
-    ctes.append(
-        f"resolution AS (INSERT INTO {Resolution._meta.db_table} "
-        f"({', '.join(connection.ops.quote_name(f.column) for f in fields)}) "
-        f"SELECT {', '.join(['%s'] * len(fields))}{' FROM delivered' if commit else ''} "
-        "RETURNING 1)"
-    )
-    if commit:
-        queue_offset, sources = "delivered.queue_offset", "resolution, delivered"
-    else:
-        queue_offset, sources = "%s", "resolution"
-    sql = (
-        f"WITH {', '.join(ctes)} UPDATE {Transaction._meta.db_table} SET state = %s, "
-        "resolved_by = %s, resolved_timestamp = %s, next_check_timestamp = NULL, "
-        f"queue_offset = {queue_offset} FROM {sources} WHERE transaction_id = %s "
-        f"RETURNING {Transaction._meta.db_table}.queue_offset"
-    )
-    params += [state, resolved_by, now]
-    if not commit:
-        params.append(tx.queue_offset)
-    params.append(tx.transaction_id)
-    with connection.cursor() as cursor:
+    end = PreparedEnd(tx.transaction_id, tx.producer_group, action, resolved_by, reason)
+    sql, params = _resolve_sql([end], from_state=tx.state)
+    with statement_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -177,13 +91,30 @@ def _resolve_postgresql(
             f"transaction {tx.transaction_id}: no half message at commit log offset "
             f"{tx.half_commit_log_offset} or no queue {tx.topic}#{tx.queue_id}"
         )
-    if commit:
+    resolved = _transaction_from_row(row)
+    for attname in _RESOLVED_FIELDS:
+        setattr(tx, attname, getattr(resolved, attname))
+    op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
+    transaction_announce(tx, "resolved")
+    if tx.state == TransactionState.COMMITTED:
         message_visible_on_commit(tx.topic)
-    tx.queue_offset = row[0]
-    tx.state = state
-    tx.resolved_by = resolved_by
-    tx.resolved_timestamp = now
-    tx.next_check_timestamp = None
+
+
+# The transaction's fields a resolution writes (``_resolve_sql``).
+_RESOLVED_FIELDS = (
+    "state",
+    "resolved_by",
+    "resolved_timestamp",
+    "next_check_timestamp",
+    "queue_offset",
+)
+
+
+def _transaction_from_row(row: Sequence[Any]) -> Transaction:
+    """The ``Transaction`` of a row of every concrete column, in field order (as
+    ``_resolve_sql`` returns them)."""
+    attnames = [f.attname for f in Transaction._meta.concrete_fields]
+    return Transaction.from_db(connection.alias, attnames, row)
 
 
 class PreparedEnd(NamedTuple):
@@ -199,19 +130,19 @@ class PreparedEnd(NamedTuple):
 
 
 def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Transaction]:
-    """PostgreSQL: resolve every transaction of ``ends`` that is PREPARED and was sent by its
-    item's producer group, in ONE statement, however many they are: the common case of an end
-    (``POST /transactions/{id}/end``: one item) and of an end batch (``POST
+    """Resolve every transaction of ``ends`` that is PREPARED and was sent by its item's
+    producer group, in ONE statement (``_resolve_sql``), however many they are: the common case
+    of an end (``POST /transactions/{id}/end``: one item) and of an end batch (``POST
     /transactions/end-batch``: all of its items).
 
     The statement locks the transaction rows in id order (``SELECT ... FOR UPDATE`` by primary
     key in its first CTE; under READ COMMITTED a row changed meanwhile by a concurrent end is
-    re-read, and its current state and group decide), then writes what ``transaction_resolve_locked`` writes for each:
-    for a commit the copy of the half message to its real queue (``message_deliver_cte``: the
-    copies to one queue take consecutive offsets of one counter move, counters locked in
-    ``(topic, queue_id)`` order), the ``Resolution`` row (Op message source, unique per
-    transaction) and the transaction's new state. The Op buffer notes, the wake-ups of the
-    real topics and the announcements follow as in ``transaction_resolve_locked``.
+    re-read, and its current state and group decide), then writes for each: for a commit the
+    copy of the half message to its real queue (``message_deliver_cte``: the copies to one
+    queue take consecutive offsets of one counter move, counters locked in ``(topic,
+    queue_id)`` order), the ``Resolution`` row (Op message source, unique per transaction) and
+    the transaction's new state. The Op buffer notes, the wake-ups of the real topics and the
+    announcements follow as in ``transaction_resolve_locked``.
 
     Outside a database transaction the statement is one by itself (no BEGIN, no separate
     ``SELECT ... FOR UPDATE``, no COMMIT round trips); inside one it runs in a savepoint, so a
@@ -235,7 +166,7 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
         return {}
     if len({end.transaction_id for end in ends}) != len(ends):
         raise ValueError("transactions_resolve_prepared takes one item per transaction id")
-    sql, params = _resolve_prepared_sql(ends)
+    sql, params = _resolve_sql(ends, from_state=TransactionState.PREPARED)
     try:
         with (
             transaction.atomic() if connection.in_atomic_block else nullcontext(),
@@ -245,10 +176,9 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
             rows = cursor.fetchall()
     except IntegrityError:  # a second resolution: the locked path says what ended each
         return {}
-    attnames = [f.attname for f in Transaction._meta.concrete_fields]
     resolved = {}
     for row in rows:
-        tx = Transaction.from_db(connection.alias, attnames, row)
+        tx = _transaction_from_row(row)
         resolved[tx.transaction_id] = tx
     op_buffer_notes([(tx.half_queue_id, tx.half_queue_offset) for tx in resolved.values()])
     transactions_announce(list(resolved.values()), "resolved")
@@ -268,15 +198,18 @@ def transaction_resolve_prepared(
     resolved_by: str,
     reason: str,
 ) -> Transaction | None:
-    """PostgreSQL: ``transactions_resolve_prepared`` of one transaction; the resolved
-    transaction, or None when nothing was written (the caller takes the locked path)."""
+    """``transactions_resolve_prepared`` of one transaction; the resolved transaction, or None
+    when nothing was written (the caller takes the locked path)."""
     end = PreparedEnd(transaction_id, producer_group, action, resolved_by, reason)
     return transactions_resolve_prepared([end]).get(transaction_id)
 
 
-def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
-    """The statement of ``transactions_resolve_prepared`` and its parameters; it returns the
-    resolved transactions' rows (every concrete column of ``Transaction``, in field order)."""
+def _resolve_sql(ends: Sequence[PreparedEnd], *, from_state: str) -> tuple[str, list[Any]]:
+    """The one statement that resolves transactions (``transactions_resolve_prepared``,
+    ``transaction_resolve_locked``) and its parameters: it resolves each transaction of
+    ``ends`` whose row is in ``from_state`` (a ``TransactionState``) and was sent by its item's
+    producer group, and returns the resolved transactions' rows (every concrete column of
+    ``Transaction``, in field order)."""
     table = Transaction._meta.db_table
     now = now_ms()
     items, params = rows_cte(
@@ -301,7 +234,7 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
             for end in ends
         ],
     )
-    params += [TransactionState.PREPARED, TransactionState.COMMITTED]
+    params += [from_state, TransactionState.COMMITTED]
     ctes = [
         items,
         # Locked by primary key alone, in id order; the group and state are checked on the
@@ -358,7 +291,7 @@ def _resolve_prepared_sql(ends: Sequence[PreparedEnd]) -> tuple[str, list[Any]]:
 
 @functools.cache
 def _resolve_prepared_columns() -> tuple[str, str, tuple[Any, ...], str]:
-    """``_resolve_prepared_sql``'s constant parts, worked out once per process: the quoted
+    """``_resolve_sql``'s constant parts, worked out once per process: the quoted
     ``Resolution`` columns written, the values selected for them (a ``gate`` column or a
     parameter), the fields whose values are parameters (``resolved_timestamp``: now; the
     others: their defaults), and the ``Transaction`` columns returned."""

@@ -16,11 +16,6 @@ from broker.models import ConsumeQueue, Message, Topic, now_ms
 from broker.rules.topics import is_undeliverable_topic
 from broker.services.wakeups import topic_channel, wakeup_on_commit
 
-_NEXT_OFFSET_SQL = (
-    "UPDATE broker_consumequeue SET max_offset = max_offset + 1 "
-    "WHERE topic = %s AND queue_id = %s RETURNING max_offset - 1"
-)
-
 
 def new_msg_id() -> str:
     """A new message id (UNIQ_KEY): 32 upper-case hex characters, as RocketMQ's."""
@@ -48,26 +43,6 @@ def system_topic_ensure(name: str, queue_nums: int) -> Topic:
         ignore_conflicts=True,
     )
     return topic
-
-
-def queue_offset_next(topic: str, queue_id: int) -> int:
-    """Reserve the next queue offset of ``(topic, queue_id)`` and return it.
-
-    Must run inside the database transaction that stores the message: the counter row stays
-    locked until that transaction ends, which keeps offsets gap-free (a rollback returns the
-    offset) and committed offsets a contiguous prefix.
-
-    Raises:
-        LookupError: the queue does not exist.
-    """
-    if not connection.in_atomic_block:
-        raise RuntimeError("queue_offset_next must run inside transaction.atomic()")
-    with connection.cursor() as cursor:
-        cursor.execute(_NEXT_OFFSET_SQL, [topic, queue_id])
-        row = cursor.fetchone()
-    if row is None:
-        raise LookupError(f"no queue {topic}#{queue_id}")
-    return int(row[0])
 
 
 def message_new(
@@ -161,37 +136,31 @@ def messages_store(messages: Sequence[Message]) -> None:
     commit log and their queues, all or none; set each one's offsets. Their topics' long polls
     are woken once the database transaction commits (``message_visible_on_commit``).
 
-    On PostgreSQL one statement appends them all (``messages_append_cte``, all or none): its
-    own database transaction outside a caller's transaction (no BEGIN/COMMIT round trips, the
-    queues' counters locked only while it runs), else inside a savepoint. Elsewhere, one
-    ``message_put``-like append per message in one database transaction.
+    One statement appends them all (``messages_append_cte``, all or none): its own database
+    transaction outside a caller's transaction (no BEGIN/COMMIT round trips, the queues'
+    counters locked only while it runs), else inside a savepoint.
 
     Raises:
         LookupError: a queue does not exist; nothing stored.
     """
     if not messages:
         return
-    if connection.vendor == "postgresql":
-        cte, params = messages_append_cte(messages, name="appended")
-        own = connection.in_atomic_block
-        with transaction.atomic() if own else nullcontext(), statement_cursor() as cursor:
-            cursor.execute(
-                f"WITH {cte} SELECT msg_id, commit_log_offset, queue_offset FROM appended", params
+    cte, params = messages_append_cte(messages, name="appended")
+    own = connection.in_atomic_block
+    with transaction.atomic() if own else nullcontext(), statement_cursor() as cursor:
+        cursor.execute(
+            f"WITH {cte} SELECT msg_id, commit_log_offset, queue_offset FROM appended", params
+        )
+        stored = {row[0]: row[1:] for row in cursor.fetchall()}
+        if len(stored) < len(messages):
+            missing = sorted(
+                {f"{m.topic}#{m.queue_id}" for m in messages if m.msg_id not in stored}
             )
-            stored = {row[0]: row[1:] for row in cursor.fetchall()}
-            if len(stored) < len(messages):
-                missing = sorted(
-                    {f"{m.topic}#{m.queue_id}" for m in messages if m.msg_id not in stored}
-                )
-                raise LookupError(f"no queue {', '.join(missing)}")
-        for message in messages:
-            message.commit_log_offset, message.queue_offset = stored[message.msg_id]
-            message._state.adding = False
-            message._state.db = connection.alias
-    else:
-        with transaction.atomic():
-            for message in messages:
-                _append(message)
+            raise LookupError(f"no queue {', '.join(missing)}")
+    for message in messages:
+        message.commit_log_offset, message.queue_offset = stored[message.msg_id]
+        message._state.adding = False
+        message._state.db = connection.alias
     for topic in sorted({message.topic for message in messages}):
         message_visible_on_commit(topic)
 
@@ -272,23 +241,19 @@ _COLUMNS = (
     "prepared_transaction_offset",
 )
 
-# PostgreSQL: take the queue offset and insert in one statement (one round trip, and the
-# counter row is locked only from here to COMMIT). No queue row: no insert, no row returned.
-_APPEND_SQL_POSTGRESQL = (
+# Take the queue offset and insert in one statement (one round trip, and the counter row is
+# locked only from here to COMMIT). No queue row: no insert, no row returned.
+_APPEND_SQL = (
     "WITH slot AS (UPDATE broker_consumequeue SET max_offset = max_offset + 1 "
     "WHERE topic = %s AND queue_id = %s RETURNING max_offset - 1 AS queue_offset) "
     f"INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
     f"SELECT {', '.join(['%s'] * len(_COLUMNS))}, slot.queue_offset FROM slot "
     "RETURNING commit_log_offset, queue_offset"
 )
-_INSERT_SQL = (
-    f"INSERT INTO broker_message ({', '.join(_COLUMNS)}, queue_offset) "
-    f"VALUES ({', '.join(['%s'] * (len(_COLUMNS) + 1))}) RETURNING commit_log_offset"
-)
 
 
 def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str, list[Any]]:
-    """PostgreSQL: CTEs that append ``messages`` (unsaved, as ``message_new`` makes them; their
+    """CTEs that append ``messages`` (unsaved, as ``message_new`` makes them; their
     msg_ids distinct) inside a larger statement, so the caller writes rows that depend on the
     stored messages in the same round trip (half messages and their transactions,
     ``transaction_prepare`` and its batch; a batch of normal messages, ``messages_append``).
@@ -326,11 +291,11 @@ def messages_append_cte(messages: Sequence[Message], *, name: str) -> tuple[str,
 
 def statement_cursor() -> CursorWrapper:
     """A cursor for the broker's set-based statements (``rows_cte``, ``messages_append_cte``:
-    a send's, an end's, a batch's one statement). On PostgreSQL its parameters are bound
-    server-side, so psycopg prepares the statement on its connection once it has run
+    a send's, an end's, a batch's one statement). Its parameters are bound server-side, so
+    psycopg prepares the statement on its connection once it has run
     ``HALFMOON_DB_PREPARE_THRESHOLD`` times there and PostgreSQL plans it once per connection,
-    not per request (docs/operations.md "Prepared statements"). Elsewhere, and with the
-    threshold 0, ``connection.cursor()``.
+    not per request (docs/operations.md "Prepared statements"). With the threshold 0,
+    ``connection.cursor()``.
 
     The ORM's own queries keep Django's client-side binding: with server-side binding Django
     sends an int ``Value()`` as int4, which a ms timestamp overflows.
@@ -338,9 +303,7 @@ def statement_cursor() -> CursorWrapper:
     Use as a context manager, like ``connection.cursor()``; it goes through Django's execute
     wrappers and query log, and its errors are Django's.
     """
-    if connection.vendor != "postgresql" or not connection.settings_dict["OPTIONS"].get(
-        "prepare_threshold"
-    ):
+    if not connection.settings_dict["OPTIONS"].get("prepare_threshold"):
         return connection.cursor()
     from django.db.backends.postgresql.base import ServerBindingCursor  # psycopg 3 only
 
@@ -375,7 +338,7 @@ def _rows_definition(columns: tuple[tuple[str, str], ...]) -> str:
 def rows_cte(
     name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
 ) -> tuple[str, list[Any]]:
-    """PostgreSQL: a CTE ``name`` of ``rows`` handed over as ONE parameter, a JSON array of
+    """A CTE ``name`` of ``rows`` handed over as ONE parameter, a JSON array of
     objects read back by ``jsonb_to_recordset`` with the columns' types, for a set-based
     statement.
 
@@ -409,7 +372,7 @@ def rows_cte(
 
 
 def queue_slots_cte(*, name: str, counts: str) -> str:
-    """PostgreSQL: two CTEs that reserve offsets in several queues at once: ``{name}_locked``
+    """Two CTEs that reserve offsets in several queues at once: ``{name}_locked``
     locks the counter (``ConsumeQueue`` row) of each queue of ``counts`` (a CTE of ``topic,
     queue_id, n``) in ``(topic, queue_id)`` order, the order every writer of several queues
     takes them in, so two statements never deadlock on them; ``{name}_slot`` moves each by
@@ -418,8 +381,8 @@ def queue_slots_cte(*, name: str, counts: str) -> str:
     counter moves and ``{name}_slot`` is empty, so a statement writes nothing rather than part
     of its rows, and may run as its own database transaction whatever its size.
 
-    As with ``queue_offset_next``, the counters stay locked until the database transaction
-    ends, which keeps offsets gap-free and committed offsets a contiguous prefix.
+    The counters stay locked until the database transaction ends, which keeps offsets gap-free
+    (a rollback returns them) and committed offsets a contiguous prefix.
     """
     return (
         f"{name}_locked AS (SELECT q.topic, q.queue_id, c.n FROM broker_consumequeue q "
@@ -432,61 +395,15 @@ def queue_slots_cte(*, name: str, counts: str) -> str:
     )
 
 
-def message_copy_cte(
-    *,
-    source_commit_log_offset: int,
-    topic: str,
-    queue_id: int,
-    drop_properties: tuple[str, ...],
-    sys_flag: int,
-    prepared_transaction_offset: int | None,
-    name: str,
-) -> tuple[str, list[Any]]:
-    """PostgreSQL: ``message_copy`` as two CTEs of a larger statement, copying the stored
-    message at ``source_commit_log_offset`` inside the database (its body never travels).
-
-    The copy keeps what ``message_copy`` keeps (msg_id, body, tags, keys, producer group,
-    ``born_timestamp``), gets the source's properties without ``drop_properties``, the given
-    ``sys_flag`` and ``prepared_transaction_offset``, the store time now (ms) and the next
-    offset of ``(topic, queue_id)``. ``{name}`` returns ``commit_log_offset, queue_offset``;
-    no queue row: no row, nothing written; no source row: no row, but the queue's counter
-    moved, so the caller must then roll its database transaction back (raise). A second
-    delivery of the same ``prepared_transaction_offset`` fails the statement with
-    IntegrityError.
-
-    Returns:
-        (SQL of the two CTEs ``{name}_slot`` and ``{name}``, without ``WITH``; their parameters).
-    """
-    copied = ", ".join(f"m.{c}" for c in _COPIED_COLUMNS)
-    sql = (
-        f"{name}_slot AS ({_NEXT_OFFSET_SQL} AS queue_offset), "
-        f"{name} AS (INSERT INTO broker_message (topic, queue_id, queue_offset, properties, "
-        f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(_COPIED_COLUMNS)}) "
-        f"SELECT %s, %s, s.queue_offset, m.properties - %s::text[], %s, %s, %s, {copied} "
-        f"FROM broker_message m, {name}_slot s WHERE m.commit_log_offset = %s "
-        "RETURNING commit_log_offset, queue_offset)"
-    )
-    params = [
-        topic,
-        queue_id,
-        topic,
-        queue_id,
-        list(drop_properties),
-        sys_flag,
-        now_ms(),
-        prepared_transaction_offset,
-        source_commit_log_offset,
-    ]
-    return sql, params
-
-
 def message_deliver_cte(
     *, source: str, drop_properties: tuple[str, ...], sys_flag: int, name: str
 ) -> tuple[str, list[Any]]:
-    """PostgreSQL: the commits' deliveries as CTEs of a larger statement: copy each half
-    message at ``{source}.half_commit_log_offset`` to ``({source}.topic, {source}.queue_id)``,
-    as ``message_copy_cte`` does, with ``prepared_transaction_offset`` the half message's commit
-    log offset. ``source`` names an earlier CTE with one row per commit, of the columns
+    """The commits' deliveries as CTEs of a larger statement: copy each half message at
+    ``{source}.half_commit_log_offset`` to ``({source}.topic, {source}.queue_id)`` inside the
+    database (its body never travels). The copy keeps what ``message_copy`` keeps (msg_id,
+    body, tags, keys, producer group, ``born_timestamp``), gets the half message's properties
+    without ``drop_properties``, the given ``sys_flag``, the store time now (ms) and
+    ``prepared_transaction_offset`` the half message's commit log offset. ``source`` names an earlier CTE with one row per commit, of the columns
     ``transaction_id``, ``topic``, ``queue_id`` and ``half_commit_log_offset`` (the locked
     transaction rows); no row there, nothing is written.
 
@@ -548,15 +465,10 @@ def _append(message: Message) -> None:
         for name in _COLUMNS
     ]
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(_APPEND_SQL_POSTGRESQL, [message.topic, message.queue_id, *values])
-            row = cursor.fetchone()
-            if row is None:
-                raise LookupError(f"no queue {message.topic}#{message.queue_id}")
-            message.commit_log_offset, message.queue_offset = row
-        else:
-            queue_offset = queue_offset_next(message.topic, message.queue_id)
-            cursor.execute(_INSERT_SQL, [*values, queue_offset])
-            message.commit_log_offset, message.queue_offset = cursor.fetchone()[0], queue_offset
+        cursor.execute(_APPEND_SQL, [message.topic, message.queue_id, *values])
+        row = cursor.fetchone()
+    if row is None:
+        raise LookupError(f"no queue {message.topic}#{message.queue_id}")
+    message.commit_log_offset, message.queue_offset = row
     message._state.adding = False
     message._state.db = connection.alias

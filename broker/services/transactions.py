@@ -173,13 +173,34 @@ def transaction_plan(
     return HalfPlan(half, tx)
 
 
-def transaction_prepare(**send: Any) -> tuple[Transaction, bool]:
+def transaction_prepare(
+    *,
+    producer_group: str,
+    topic: str,
+    body: bytes,
+    body_is_text: bool = True,
+    tags: str = "",
+    keys: str = "",
+    properties: dict[str, Any] | None = None,
+    msg_id: str | None = None,
+    check_immunity_seconds: int | None = None,
+) -> tuple[Transaction, bool]:
     """Store a half message on ``RMQ_SYS_TRANS_HALF_TOPIC``, invisible to consumers.
 
     Args:
-        send: ``transaction_plan``'s keyword arguments (``producer_group``, ``topic``,
-            ``body``, ``body_is_text``, ``tags``, ``keys``, ``properties``, ``msg_id``,
-            ``check_immunity_seconds``).
+        producer_group: the sending producer group (must exist).
+        topic: the real topic the message goes to on commit (must exist; not a system topic).
+        body: the decoded body, at most ``HALFMOON_MAX_MESSAGE_SIZE`` bytes.
+        body_is_text: whether the producer sent it as text (``body``) rather than base64
+            (``body_base64``); kept with the message, the API gives it back the same way.
+        tags, keys: RocketMQ's TAGS and KEYS (space-separated), at most 255 and 1024
+            characters (their columns').
+        properties: user properties, string to string, at most ``HALFMOON_MAX_PROPERTIES_SIZE``
+            bytes of UTF-8 all together; none of the keys the broker owns.
+        msg_id: the message id (UNIQ_KEY), which is the transaction id; None makes a new one
+            (32 upper-case hex characters).
+        check_immunity_seconds: seconds (0 to 3600) before the first back-check, if longer
+            than ``HALFMOON_TRANSACTION_TIMEOUT_MS``; None: that timeout.
 
     Idempotent by ``msg_id`` (= transaction id): the same id again for the same group returns
     the stored transaction and stores nothing.
@@ -193,7 +214,17 @@ def transaction_prepare(**send: Any) -> tuple[Transaction, bool]:
         Conflict: ``duplicate_msg_id`` (the msg_id belongs to another producer group).
         InvalidInput, TooLarge: bad immunity, body or properties.
     """
-    plan = transaction_plan(**send)
+    plan = transaction_plan(
+        producer_group=producer_group,
+        topic=topic,
+        body=body,
+        body_is_text=body_is_text,
+        tags=tags,
+        keys=keys,
+        properties=properties,
+        msg_id=msg_id,
+        check_immunity_seconds=check_immunity_seconds,
+    )
     try:
         if connection.in_atomic_block:  # a caller's transaction: a failed insert must not end it
             with transaction.atomic():
@@ -215,21 +246,19 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
     transaction rows, and announce each ``prepared`` once the database transaction commits.
     Sets each transaction's ``half_queue_offset`` and ``half_commit_log_offset``.
 
-    On PostgreSQL one statement stores them all (``_store_postgresql``, all or none): its own
-    database transaction outside a caller's transaction (no BEGIN/COMMIT round trips; the half
-    queues' counters are locked only while it runs), else inside a savepoint. Elsewhere, or
-    when a half queue does not exist yet (``message_put`` creates it), one database
-    transaction of a ``message_put`` and an insert per plan.
+    One statement stores them all (``_store_statement``, all or none): its own database
+    transaction outside a caller's transaction (no BEGIN/COMMIT round trips; the half queues'
+    counters are locked only while it runs), else inside a savepoint. When a half queue does
+    not exist yet (``message_put`` creates it), one database transaction of a ``message_put``
+    and an insert per plan.
 
     Raises:
         IntegrityError: a msg_id (or a half queue offset) is stored already; nothing stored.
     """
     if not plans:
         return
-    stored = False
-    if connection.vendor == "postgresql":
-        with transaction.atomic() if connection.in_atomic_block else nullcontext():
-            stored = _store_postgresql(plans)
+    with transaction.atomic() if connection.in_atomic_block else nullcontext():
+        stored = _store_statement(plans)
     if not stored:
         with transaction.atomic():
             for half, tx in plans:
@@ -253,7 +282,7 @@ def transactions_store(plans: Sequence[HalfPlan]) -> None:
     transactions_announce([plan.tx for plan in plans], "prepared")
 
 
-def _store_postgresql(plans: Sequence[HalfPlan]) -> bool:
+def _store_statement(plans: Sequence[HalfPlan]) -> bool:
     """Insert the half messages of ``plans`` (``messages_append_cte``) and their transaction
     rows, with the half messages' offsets, in one statement. Returns False, with nothing
     written, when a half queue does not exist yet.
@@ -290,7 +319,7 @@ _HALF_OFFSET_COLUMNS = {
 
 @functools.cache
 def _transaction_insert() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], str]:
-    """``_store_postgresql``'s constant parts, worked out once per process: the attribute names
+    """``_store_statement``'s constant parts, worked out once per process: the attribute names
     of the transaction columns sent as ``tx_items``, their ``rows_cte`` columns (name, SQL
     type), and the final ``INSERT ... SELECT ... RETURNING`` reading ``tx_items`` and ``half``."""
     fields = [f for f in Transaction._meta.concrete_fields if f.attname not in _HALF_OFFSET_COLUMNS]
@@ -354,9 +383,9 @@ def transaction_end(
     writes an Op message; rollback writes the Op message only; unknown changes nothing. The
     same action again returns the same state and stores nothing (RocketMQ #5574 stores twice).
     Concurrent ends are serialised by a row lock on the transaction; the unique constraints on
-    ``Resolution`` and ``Message.prepared_transaction_offset`` are the backstop. On PostgreSQL,
-    outside a caller's database transaction, a commit or rollback of a PREPARED transaction is
-    one statement (``transaction_resolve_prepared``, which takes the same row lock); every
+    ``Resolution`` and ``Message.prepared_transaction_offset`` are the backstop. Outside a
+    caller's database transaction, a commit or rollback of a PREPARED transaction is one
+    statement (``transaction_resolve_prepared``, which takes the same row lock); every
     other case takes the locked path below; unknown reads the row without a lock.
 
     Returns:
@@ -372,11 +401,7 @@ def transaction_end(
     """
     action_validate(action, END_ACTIONS)
     by = end_resolved_by(from_transaction_check)
-    if (
-        action in RESOLVING_ACTIONS
-        and connection.vendor == "postgresql"
-        and not connection.in_atomic_block
-    ):
+    if action in RESOLVING_ACTIONS and not connection.in_atomic_block:
         # The common case in one statement; anything else (not PREPARED, another group, not
         # found) falls through to the locked path, which answers it.
         resolved = transaction_resolve_prepared(

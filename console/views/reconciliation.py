@@ -3,7 +3,8 @@ anomalies and charts (``/console/reconciliation/<id>/``), and "Run now" for oper
 
 Reads come from ``broker.selectors_reconciliation``; "Run now" queues the pipeline worker's
 task through ``broker.services.reconciliation.reconciliation_run_queue`` (the run records the
-operator as its trigger, ``console:<username>``). Each anomaly's transaction id links to the
+operator as its trigger, ``console:<username>``; with nothing settled the service records a
+SKIPPED run whose reason the list shows as the latest decision). Each anomaly's transaction id links to the
 transaction's console page (its timeline) while the database still holds the transaction;
 one pruned after archiving, or a delivery with no half message (``msg_id`` only), is shown
 as text.
@@ -161,8 +162,8 @@ class ReconciliationRunNowView(OperateConsoleRequired, View):
         messages.success(
             request,
             f"Reconciliation queued by {actor}. The pipeline worker runs it over what has "
-            "settled since the last run (nothing, if nothing has); it appears here as it "
-            "starts.",
+            "settled since the last run; it appears here as it starts, or as a skipped run "
+            "saying why when nothing has settled yet.",
         )
         return redirect("console:reconciliation")
 

@@ -1,5 +1,5 @@
 """/api/v1/alert-rules: Halfmoon's own alert rules, an addition to api-v1
-(docs/api-additions.md). Admin key only; the contract's error body for every refusal; the
+(docs/api.md). Admin key only; the contract's error body for every refusal; the
 OpenAPI document says what the endpoints do."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
     # api-v1's 20 (the reconciliation runs and the three batches included), the timeline and
-    # the two alert-rules paths (docs/api-additions.md)
+    # the two alert-rules paths (docs/api.md)
     assert len(api_v1_paths()) == 23
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}

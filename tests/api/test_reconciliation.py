@@ -1,13 +1,17 @@
-"""GET /api/v1/reconciliation/runs/latest and /api/v1/reconciliation/runs/{id} (admin key):
-api-v1's reconciliation report, shape in docs/api-additions.md."""
+"""GET /api/v1/reconciliation/runs/latest, /api/v1/reconciliation/runs/{id} and
+/api/v1/reconciliation/runs (admin key): api-v1's reconciliation report, shape in
+docs/api.md; a skipped run (nothing to reconcile yet) by id and in the list."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.models import ReconciliationRun
+from broker.models import Message, ReconciliationRun
+from broker.rules.anomalies import settle_ms
+from broker.services.reconciliation import reconciliation_params, reconciliation_run_scheduled
 from tests.api_helpers import assert_error
-from tests.services.reconciliation_runs import HOUR, T0, anomaly, stored_run
+from tests.services.reconciliation_runs import HOUR, T0, anomaly, archived, stored_run
+from tests.support import prepare
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +34,11 @@ RUN_KEYS = {
     "anomalies_matching",
     "anomalies",
     "error",
+    "reason",
+    "settles_timestamp",
 }
+SUMMARY_KEYS = RUN_KEYS - {"anomalies_matching", "anomalies"}
+RUNS = "/api/v1/reconciliation/runs"
 ANOMALY_KEYS = {"kind", "transaction_id", "msg_id", "producer_group", "topic", "evidence"}
 
 
@@ -88,7 +96,8 @@ def test_latest_is_the_latest_successful_run_with_every_field(owner, runs):
     assert body["states"] == {"COMMITTED": 7, "ROLLED_BACK": 2, "PREPARED": 1}
     assert body["anomaly_counts"] == {"hanging": 2, "lost_commit": 1, "orphan_delivery": 1}
     assert body["anomalies_stored"] == body["anomalies_matching"] == 4
-    assert body["error"] == ""
+    assert body["error"] == "" and body["reason"] == ""
+    assert body["settles_timestamp"] is None
     for found in body["anomalies"]:
         assert set(found) == ANOMALY_KEYS
     assert body["anomalies"][2] == {
@@ -164,7 +173,87 @@ def test_an_unknown_run_is_the_contract_404(owner, runs):
     assert_error(owner.get("/api/v1/reconciliation/runs/abc"), 404, "not_found")
 
 
-@pytest.mark.parametrize("url", [LATEST, "/api/v1/reconciliation/runs/1"])
+# --- Skipped runs and the list ------------------------------------------------------------------
+
+
+def test_a_skipped_run_is_reachable_by_id_with_its_reason_and_settle_time(
+    owner, producer_group, topic
+):
+    assert reconciliation_run_scheduled(trigger="beat") is not None  # nothing archived yet
+    tx = prepare(producer_group=producer_group.name)
+    stored = Message.objects.get(pk=tx.half_commit_log_offset).store_timestamp
+    # The last run ended at the half message; the archive reaches just past it: nothing of
+    # what followed has settled yet.
+    archived(stored + 1000)
+    stored_run(since=stored - HOUR, until=stored, as_of=stored + 1000)
+    run_id = reconciliation_run_scheduled(trigger="console:alice")
+
+    body = owner.get(run_url(run_id)).json()
+    empty = owner.get(run_url(run_id - 2)).json()
+
+    settle = settle_ms(reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0))
+    assert set(body) == RUN_KEYS
+    assert body["state"] == "skipped" and body["trigger"] == "console:alice"
+    assert (body["since"], body["until"], body["as_of"]) == (
+        stored,
+        stored + 1000 - settle,
+        stored + 1000,
+    )
+    assert body["reason"].startswith("Nothing to reconcile")
+    assert body["settles_timestamp"] == stored + settle
+    assert body["finished_timestamp"] == body["started_timestamp"]
+    assert body["transactions"] == 0 and body["anomalies"] == [] and body["error"] == ""
+    assert empty["state"] == "skipped" and empty["trigger"] == "beat"
+    assert (empty["since"], empty["until"], empty["as_of"]) == (None, None, None)
+    assert empty["reason"].startswith("Nothing is archived yet")
+    assert empty["settles_timestamp"] is None  # no half message was stored then
+    # The latest SUCCEEDED run stays the report; the skip is the latest decision.
+    assert owner.get(LATEST).json()["state"] == "succeeded"
+    assert owner.get(RUNS).json()["runs"][0]["id"] == run_id
+
+
+def test_the_list_has_every_run_newest_first_and_pages_by_id(owner, runs):
+    skipped = ReconciliationRun.objects.create(
+        state="skipped", trigger="beat", spark_master="local[2]",
+        reason="Nothing is archived yet.", finished_timestamp=T0,
+    )  # fmt: skip
+
+    first = owner.get(RUNS, {"limit": 3}).json()
+    rest = owner.get(RUNS, {"limit": 3, "before": first["next_before"]}).json()
+    everything = owner.get(RUNS).json()
+
+    assert set(first) == {"runs", "next_before"}
+    assert [r["id"] for r in first["runs"]] == [
+        skipped.pk, runs["running"].pk, runs["failed"].pk,
+    ]  # fmt: skip
+    assert first["next_before"] == runs["failed"].pk
+    assert [r["id"] for r in rest["runs"]] == [runs["newer"].pk, runs["older"].pk]
+    assert rest["next_before"] is None
+    assert all(set(r) == SUMMARY_KEYS for r in everything["runs"])
+    latest = everything["runs"][0]
+    assert latest["state"] == "skipped" and latest["reason"] == "Nothing is archived yet."
+    assert latest["since"] is None and latest["settles_timestamp"] is None
+    newer = everything["runs"][3]
+    assert newer["anomaly_counts"] == {"hanging": 2, "lost_commit": 1, "orphan_delivery": 1}
+    assert owner.get(RUNS, {"before": 1}).json() == {"runs": [], "next_before": None}
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 101}, "limit"),
+        ({"before": 0}, "before"),
+        ({"before": 2**63}, "before"),  # past the database's bigint: a 400, never a 500
+        ({"before": "x"}, "before"),
+    ],
+)
+def test_a_bad_list_query_is_a_400_naming_the_field(owner, query, field):
+    error = assert_error(owner.get(RUNS, query), 400, "invalid_input")
+    assert field in error["details"]["fields"]
+
+
+@pytest.mark.parametrize("url", [LATEST, "/api/v1/reconciliation/runs/1", RUNS])
 def test_only_an_admin_key_reads_runs(producer, consumer, outsider, anonymous, url):
     for client in (producer, consumer, outsider):
         assert_error(client.get(url), 403, "permission_denied")
@@ -191,3 +280,20 @@ def test_the_schema_documents_both_paths(anonymous):
     assert set(component["required"]) == RUN_KEYS
     anomaly_component = schema["components"]["schemas"]["ReconciliationAnomalyOut"]
     assert set(anomaly_component["required"]) == ANOMALY_KEYS
+    assert "skipped" in schema["components"]["schemas"]["ReconciliationRunOutStateEnum"]["enum"]
+    for nullable in ("since", "until", "as_of", "settles_timestamp"):
+        assert component["properties"][nullable]["type"] == ["integer", "null"]
+
+
+def test_the_schema_documents_the_list(anonymous):
+    schema = anonymous.get("/api/schema/?format=json").json()
+
+    operation = schema["paths"]["/api/v1/reconciliation/runs"]["get"]
+
+    assert {"200", "400", "401", "403", "406", "503"} == set(operation["responses"])
+    assert {p["name"] for p in operation["parameters"]} == {"limit", "before"}
+    ref = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    page = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert set(page["required"]) == {"runs", "next_before"}
+    item = page["properties"]["runs"]["items"]["$ref"].rsplit("/", 1)[1]
+    assert set(schema["components"]["schemas"][item]["required"]) == SUMMARY_KEYS

@@ -1,4 +1,4 @@
-"""GET /api/v1/transactions/{id}/timeline: an addition to api-v1 (docs/api-additions.md)."""
+"""GET /api/v1/transactions/{id}/timeline: an addition to api-v1 (docs/api.md)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,11 @@ a Redis database of the test's own.
 - ``manage``: run ``manage.py`` with that environment and return its output.
 - ``Stack``: start processes, wait for them, report their logs, stop them (whole groups);
   ``Stack.start_broker`` starts the quick start's web, worker and beat and waits until web and worker are up.
-- ``pg_database``: a fresh PostgreSQL database, dropped afterwards.
+- ``pg_database``: a fresh PostgreSQL database on the tests' server (``PG_ADMIN_URL``), dropped
+  afterwards.
 - ``free_port``: a port of 18000-18049 nothing listens on.
+- ``BinRun``: ``bin/run --no-setup`` started as a user starts it, its process tree watched,
+  stopped with Ctrl-C.
 - ``program_of`` / ``main_processes``: the quick start's programs (web, worker, beat,
   pipeline) found in a process tree by their command lines.
 - ``chromium_launch``: Debian's Chromium (``/usr/bin/chromium``) driven by Playwright, which
@@ -24,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -38,7 +42,10 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+_TESTS_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = "postgresql://" + _TESTS_DATABASE_URL.partition("://")[2]
+"""The tests' PostgreSQL server (``DATABASE_URL``, as halfmoon.settings_test and bin/test set
+it: the machine's on 5432, or bin/test's embedded one), its maintenance database."""
 PORTS = range(18000, 18050)
 STARTUP_TIMEOUT_S = 60
 CHROMIUM = Path("/usr/bin/chromium")
@@ -253,10 +260,98 @@ class Stack:
                 proc.wait(timeout=5)
 
 
+class BinRun:
+    """``<checkout>/bin/run --no-setup`` in a session of its own (supervisord in the
+    foreground), its output in ``log``; every process seen under it is kept for the cleanup."""
+
+    def __init__(
+        self, checkout: Path, env: dict[str, str], log: Path, var: Path, logs: tuple[str, ...]
+    ) -> None:
+        """Start it in ``checkout`` with ``env``; ``report`` shows the tails of ``var/log/<name>.log``
+        for each name of ``logs``."""
+        self.log = log
+        self.var = var
+        self.logs = logs
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(checkout / "bin" / "run"), "--no-setup"],
+                cwd=checkout,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.root = psutil.Process(self.proc.pid)
+        self.seen: set[psutil.Process] = set()
+
+    def report(self) -> str:
+        """bin/run's exit status and output's tail, then each program's log tail."""
+        parts = [f"----- bin/run (exit {self.proc.poll()})\n{tail(self.log)}"]
+        for name in self.logs:
+            parts.append(f"----- {name}\n{tail(self.var / 'log' / f'{name}.log', 20)}")
+        return "\n".join(parts)
+
+    def look(self) -> None:
+        """Add every process now under bin/run to ``seen``."""
+        with suppress(psutil.Error):
+            self.seen.update(self.root.children(recursive=True))
+
+    def wait_until(self, what: str, predicate: Callable[[], bool], timeout_s: float) -> None:
+        """Poll ``predicate`` every 0.25 s until it is true, while bin/run lives.
+
+        Raises:
+            AssertionError: bin/run exited, or ``timeout_s`` passed (with ``report``).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (
+                f"bin/run exited while waiting for {what}\n{self.report()}"
+            )
+            self.look()
+            if predicate():
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"timed out waiting for {what}\n{self.report()}")
+
+    def interrupt(self, timeout_s: float = 90) -> None:
+        """Ctrl-C (SIGINT to supervisord); returns once bin/run and every process seen under it
+        have exited.
+
+        Raises:
+            AssertionError: some are still running (with ``report``).
+        """
+        self.look()
+        started = {p for p in self.seen if p.is_running()}
+        self.root.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=timeout_s)
+        psutil.wait_procs(list(started), timeout=10)
+        left = [p for p in started if p.is_running()]
+        assert not left, f"still running after Ctrl-C: {left}\n{self.report()}"
+
+    def kill(self) -> None:
+        """SIGKILL bin/run's session and every process seen under it."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        for proc in self.seen:
+            with suppress(psutil.Error):
+                proc.kill()
+        with suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
 def program_of(cmdline: list[str]) -> str | None:
     """Which of the quick start's programs ``cmdline`` runs (``web``, ``worker``, ``beat``,
     ``pipeline``), or None. Only the program itself counts (``python .venv/bin/celery ...`` or
-    ``.venv/bin/celery ...``), not a shell that starts it."""
+    ``.venv/bin/celery ...``), not a shell that starts it. With ``setproctitle`` installed,
+    Celery retitles its processes (``[celeryd: NODE@HOST:MainProcess] ...``, its pool's
+    ``[celeryd: NODE@HOST:ForkPoolWorker-1]``, ``[celery beat] ...``): those count too, the
+    ``pipeline`` node being the pipeline worker."""
+    title = cmdline[0] if cmdline else ""
+    if title.startswith("[celery beat]"):
+        return "beat"
+    if title.startswith("[celeryd: "):
+        node = title.removeprefix("[celeryd: ").partition("@")[0]
+        return "pipeline" if node == "pipeline" else "worker"
     head = [Path(arg).name for arg in cmdline[:2]]
     if cmdline[1:3] == ["-m", "halfmoon.web"]:
         return "web"
@@ -294,13 +389,14 @@ def healthy(url: str) -> bool:
 
 @contextmanager
 def pg_database(name: str) -> Iterator[str]:
-    """A fresh PostgreSQL database ``name`` (dropped first if present, and afterwards); yields
-    its ``postgres://`` URL."""
+    """A fresh PostgreSQL database ``name`` on the tests' server (``PG_ADMIN_URL``; dropped first
+    if present, and afterwards); yields its ``postgres://`` URL."""
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
+    server = urllib.parse.urlsplit(PG_ADMIN_URL)
     try:
-        yield f"postgres://postgres@127.0.0.1:5432/{name}"
+        yield server._replace(scheme="postgres", path=f"/{name}").geturl()
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

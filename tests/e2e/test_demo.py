@@ -1,20 +1,19 @@
 """End to end: RocketMQ's transaction example (``manage.py demo``) against real broker processes.
 
-For PostgreSQL (a fresh database) and for the embedded SQLite default (a temporary file), this
-starts uvicorn (2 workers), a Celery worker (prefork, 2 processes) and Celery beat with short
-check settings, runs the demo as a subprocess and checks its outcome, then reads the database
-directly to confirm it: 1, 4, 7 committed and consumed; 2, 5, 8 rolled back; 0, 3, 6, 9
-discarded after 3 checks. Every process group is terminated afterwards.
+On a fresh PostgreSQL database, this starts 2 web servers, a Celery worker (prefork, 2
+processes) and Celery beat with short check settings, runs the demo as a subprocess and checks
+its outcome, then reads the database directly to confirm it: 1, 4, 7 committed and consumed;
+2, 5, 8 rolled back; 0, 3, 6, 9 discarded after 3 checks. Every process group is terminated
+afterwards. ``demo_run`` and ``demo_outcome_check`` serve tests/e2e/test_quick_start.py too.
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from contextlib import nullcontext
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -35,21 +34,11 @@ DEMO_TIMEOUT_S = 60
 EXPECTED_CONSUMED = ["Hello RocketMQ 1", "Hello RocketMQ 4", "Hello RocketMQ 7"]
 
 
-def db_outcome(backend: str, database_url: str) -> tuple[Counter, list[str]]:
+def db_outcome(database_url: str) -> tuple[Counter, list[str]]:
     """(Counter of (state, check_times) of the transactions, sorted bodies on TranTest)."""
-    tx_sql = "SELECT state, check_times FROM broker_transaction"
-    msg_sql = "SELECT body FROM broker_message WHERE topic = 'TranTest'"
-    if backend == "postgresql":
-        with psycopg.connect(database_url.replace("postgres://", "postgresql://", 1)) as conn:
-            txs = conn.execute(tx_sql).fetchall()
-            bodies = conn.execute(msg_sql).fetchall()
-    else:
-        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"))
-        try:
-            txs = conn.execute(tx_sql).fetchall()
-            bodies = conn.execute(msg_sql).fetchall()
-        finally:
-            conn.close()
+    with psycopg.connect(database_url.replace("postgres://", "postgresql://", 1)) as conn:
+        txs = conn.execute("SELECT state, check_times FROM broker_transaction").fetchall()
+        bodies = conn.execute("SELECT body FROM broker_message WHERE topic = 'TranTest'").fetchall()
     return Counter(map(tuple, txs)), sorted(bytes(b).decode() for (b,) in bodies)
 
 
@@ -60,16 +49,64 @@ def consumed_block(lines: list[str]) -> list[str]:
     return [line for line in lines[start + 1 :] if line.strip()]
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_demo_end_to_end(backend: str, tmp_path: Path) -> None:
-    redis_url = (
-        "redis://127.0.0.1:6379/5" if backend == "postgresql" else "redis://127.0.0.1:6379/6"
+def demo_run(
+    env: dict[str, str], url: str, cwd: Path, report: Callable[[], str]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py demo`` against the broker at ``url`` from ``cwd`` with ``env``.
+
+    Raises:
+        AssertionError: it hung past ``DEMO_TIMEOUT_S`` + 30 s (with ``report()``).
+    """
+    command = ["manage.py", "demo", "--url", url, "--timeout-s", str(DEMO_TIMEOUT_S)]
+    try:
+        return subprocess.run(
+            [sys.executable, *command],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEMO_TIMEOUT_S + 30,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the demo hung\n{exc.stdout}\n{exc.stderr}\n{report()}") from exc
+
+
+def demo_outcome_check(
+    demo: subprocess.CompletedProcess[str], database_url: str, report: str
+) -> None:
+    """The seed's outcome, in the demo's output and in the database at ``database_url``: 1, 4,
+    7 committed (check times 1) and the only bodies consumed; 2, 5, 8 rolled back; 0, 3, 6, 9
+    discarded after exactly 3 checks.
+
+    Raises:
+        AssertionError: any of it differs (with the demo's output and ``report``).
+    """
+    output = f"----- demo (exit {demo.returncode})\n{demo.stdout}\n{demo.stderr}\n{report}"
+    lines = demo.stdout.splitlines()
+    assert demo.returncode == 0, output
+    assert consumed_block(lines) == EXPECTED_CONSUMED, output
+    assert "Committed: 1, 4, 7 (check times 1, 1, 1)" in lines, output
+    assert "Rolled back: 2, 5, 8 (check times 1, 1, 1)" in lines, output
+    assert "Discarded after 3 checks: 0, 3, 6, 9" in lines, output
+    for value in (0, 3, 6, 9):
+        assert f"check #3 of Hello RocketMQ {value} -> UNKNOW" in lines, output
+        pattern = rf"\s*Hello RocketMQ {value}\s+DISCARDED\s+check_times=3 resolved_by=discard"
+        assert any(re.fullmatch(pattern, line) for line in lines), output
+    assert not any(line.startswith("check #4 ") for line in lines), output
+
+    states, bodies = db_outcome(database_url)
+    assert states == Counter({("COMMITTED", 1): 3, ("ROLLED_BACK", 1): 3, ("DISCARDED", 3): 4}), (
+        output
     )
+    assert bodies == EXPECTED_CONSUMED, output
+
+
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    redis_url = "redis://127.0.0.1:6379/5"
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
 
-    with pg_database(PG_DATABASE) if backend == "postgresql" else nullcontext(None) as pg_url:
-        database_url = pg_url or f"sqlite:///{tmp_path / 'halfmoon.sqlite3'}"
+    with pg_database(PG_DATABASE) as database_url:
         env = broker_env(
             database_url=database_url,
             redis_url=redis_url,
@@ -81,42 +118,8 @@ def test_demo_end_to_end(backend: str, tmp_path: Path) -> None:
         stack = Stack(env, tmp_path)
         try:
             url = stack.start_broker(free_port())
-            try:
-                command = ["manage.py", "demo", "--url", url, "--timeout-s", str(DEMO_TIMEOUT_S)]
-                demo = subprocess.run(
-                    [sys.executable, *command],
-                    cwd=ROOT,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=DEMO_TIMEOUT_S + 30,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise AssertionError(
-                    f"the demo hung\n{exc.stdout}\n{exc.stderr}\n{stack.report()}"
-                ) from exc
-            output = f"----- demo (exit {demo.returncode})\n{demo.stdout}\n{demo.stderr}\n"
-            output += stack.report()
+            demo = demo_run(env, url, ROOT, stack.report)
             (tmp_path / "demo.log").write_text(demo.stdout + demo.stderr)
-            lines = demo.stdout.splitlines()
-
-            assert demo.returncode == 0, output
-            assert consumed_block(lines) == EXPECTED_CONSUMED, output
-            assert "Committed: 1, 4, 7 (check times 1, 1, 1)" in lines, output
-            assert "Rolled back: 2, 5, 8 (check times 1, 1, 1)" in lines, output
-            assert "Discarded after 3 checks: 0, 3, 6, 9" in lines, output
-            for value in (0, 3, 6, 9):
-                assert f"check #3 of Hello RocketMQ {value} -> UNKNOW" in lines, output
-                pattern = (
-                    rf"\s*Hello RocketMQ {value}\s+DISCARDED\s+check_times=3 resolved_by=discard"
-                )
-                assert any(re.fullmatch(pattern, line) for line in lines), output
-            assert not any(line.startswith("check #4 ") for line in lines), output
-
-            states, bodies = db_outcome(backend, database_url)
-            assert states == Counter(
-                {("COMMITTED", 1): 3, ("ROLLED_BACK", 1): 3, ("DISCARDED", 3): 4}
-            ), output
-            assert bodies == EXPECTED_CONSUMED, output
+            demo_outcome_check(demo, database_url, stack.report())
         finally:
             stack.stop()

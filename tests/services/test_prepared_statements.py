@@ -68,9 +68,10 @@ def test_an_end_locks_each_transaction_by_its_own_lookup_whatever_the_table_held
     transaction (bench/throughput.py's batches 2,600 messages/s instead of 3,800; docs/
     design.md "Prepared statements on growing tables"). Each item's row is now locked by a
     lookup of its own, in id order, which no plan can turn into a scan of the table per end."""
-    from broker.services.resolution import PreparedEnd, _resolve_prepared_sql
+    from broker.services.resolution import PreparedEnd, _resolve_sql
 
-    sql, params = _resolve_prepared_sql([PreparedEnd("0" * 32, "G", "commit", "producer", "")])
+    end = PreparedEnd("0" * 32, "G", "commit", "producer", "")
+    sql, params = _resolve_sql([end], from_state="PREPARED")
     plan = plan_of(sql, params)
     locked = plan.split("CTE locked", 1)[1].split("CTE gate", 1)[0]
     assert "Hash" not in locked, plan

@@ -69,6 +69,9 @@ def test_a_refusal_exits_1_with_the_reason(fake_job):
         reconcile()
     assert caught.value.returncode == 1
     assert not fake_job.calls
+    skipped = ReconciliationRun.objects.get()  # the decision is kept, for the console and API
+    assert (skipped.state, skipped.trigger) == ("skipped", "command")
+    assert f"Recorded as reconciliation run {skipped.pk} (skipped)." in str(caught.value)
 
 
 def test_a_failed_run_exits_1_naming_the_run(fake_job):

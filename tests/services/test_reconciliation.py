@@ -1,6 +1,7 @@
 """Running the reconciliation (``broker.services.reconciliation``): the window and its
-defaults, one run at a time, failures, storing a result (the real job's, and constructed
-ones), the beat entry and task, and the Spark progress tracker."""
+defaults, one run at a time, failures, the decision not to run recorded as a skipped run,
+storing a result (the real job's, and constructed ones), the beat entry and task, and the
+Spark progress tracker."""
 
 from __future__ import annotations
 
@@ -18,19 +19,23 @@ from django_celery_beat.schedulers import DatabaseScheduler
 import tasks.pipeline
 from broker.errors import Conflict, InvalidInput
 from broker.models import (
+    Message,
     ReconciliationAnalytics,
     ReconciliationAnomaly,
     ReconciliationRun,
     ScanLease,
+    now_ms,
 )
 from broker.pipeline import reconcile as reconcile_module
 from broker.pipeline.result import ReconcileResult
 from broker.rules.anomalies import settle_ms
+from broker.rules.audit import iso_utc
 from broker.services import reconciliation as service
 from broker.services.leases import lease_acquire
 from broker.services.reconciliation import (
     RECONCILE_LEASE,
     RECONCILE_TASK,
+    ReconciliationSkipped,
     reconciliation_params,
     reconciliation_result_store,
     reconciliation_run,
@@ -48,6 +53,7 @@ from tests.services.reconciliation_runs import (  # the fixture fake_job, too
     fake_job_install,
     stored_run,
 )
+from tests.support import prepare
 
 pytestmark = pytest.mark.django_db
 
@@ -238,22 +244,106 @@ def test_storing_keeps_at_most_the_configured_anomalies_and_every_count(broker_s
 
 
 def test_the_scheduled_run_runs_only_when_something_new_has_settled(fake_job):
-    assert reconciliation_run_scheduled() is None  # nothing archived
+    nothing_archived = ReconciliationRun.objects.get(pk=reconciliation_run_scheduled())
     archived(AS_OF)
 
     run_id = reconciliation_run_scheduled()
 
     run = ReconciliationRun.objects.get(pk=run_id)
-    assert run.trigger == "beat" and run.until_timestamp == AS_OF - settle()
-    assert reconciliation_run_scheduled() is None  # nothing new since
-    assert len(fake_job.calls) == 1
+    assert run.state == "succeeded" and run.trigger == "beat"
+    assert run.until_timestamp == AS_OF - settle()
+    nothing_new = ReconciliationRun.objects.get(pk=reconciliation_run_scheduled())
+    assert [nothing_archived.state, nothing_new.state] == ["skipped", "skipped"]
+    assert len(fake_job.calls) == 1  # Spark ran once
+    with pytest.raises(InvalidInput) as caught:  # a skip moves nothing
+        reconciliation_window()
+    assert caught.value.details["since"] == run.until_timestamp
 
 
-def test_the_scheduled_run_skips_while_another_runs(fake_job):
+# --- Skipped runs -------------------------------------------------------------------------------
+
+
+def test_with_nothing_archived_the_decision_is_a_skipped_run_saying_why(
+    fake_job, topic, producer_group
+):
+    tx = prepare()  # a transaction waits: the archive export has not run yet
+    stored = Message.objects.get(pk=tx.half_commit_log_offset).store_timestamp
+
+    with pytest.raises(ReconciliationSkipped) as caught:
+        reconciliation_run(trigger="console:alice")
+
+    run = ReconciliationRun.objects.get()
+    assert caught.value.run == run and caught.value.code == "archive_empty"
+    assert caught.value.details == {"run": run.pk, "settles_timestamp": stored + settle()}
+    assert run.state == "skipped" and run.trigger == "console:alice"
+    assert (run.since_timestamp, run.until_timestamp, run.as_of_timestamp) == (None, None, None)
+    assert run.started_timestamp == run.finished_timestamp
+    assert run.settles_timestamp == stored + settle()
+    assert run.reason.startswith("Nothing is archived yet")
+    assert f"settles at {iso_utc(stored + settle())}" in run.reason
+    assert (
+        caught.value.message == f"{run.reason} Recorded as reconciliation run {run.pk} (skipped)."
+    )
+    assert not fake_job.calls and not run.anomalies.exists()
+    assert not ScanLease.objects.filter(
+        name=RECONCILE_LEASE, expires_timestamp__gt=now_ms()
+    ).exists()
+
+
+def test_with_nothing_settled_the_skip_names_the_oldest_transaction_not_yet_judged(
+    fake_job, topic, producer_group
+):
+    older, newer = prepare(), prepare()
+    stored = [
+        Message.objects.get(pk=tx.half_commit_log_offset).store_timestamp for tx in (older, newer)
+    ]
+    as_of = stored[1] + 1000  # the archive reaches both; neither has settled
+    archived(as_of)
+    stored_run(since=stored[0] - HOUR, until=stored[0], as_of=as_of)  # the last run ended there
+
+    with pytest.raises(ReconciliationSkipped) as caught:
+        reconciliation_run(trigger="beat")
+
+    run = caught.value.run
+    assert caught.value.code == "nothing_to_reconcile"
+    assert caught.value.details["since"] == stored[0] == run.since_timestamp
+    assert (run.until_timestamp, run.as_of_timestamp) == (as_of - settle(), as_of)
+    assert run.settles_timestamp == stored[0] + settle()  # the older of the two
+    assert run.reason.startswith("Nothing to reconcile")
+    assert f"half message stored {iso_utc(stored[0])}" in run.reason
+
+
+def test_a_skip_with_no_transaction_waiting_says_so(fake_job):
     archived(AS_OF)
+    stored_run(since=T0, until=AS_OF - settle(), as_of=AS_OF)
+
+    run_id = reconciliation_run_scheduled()
+
+    run = ReconciliationRun.objects.get(pk=run_id)
+    assert run.state == "skipped" and run.settles_timestamp is None
+    assert f"No half message has been stored since {iso_utc(AS_OF - settle())}" in run.reason
+
+
+def test_a_window_the_caller_gives_is_refused_not_recorded(fake_job):
+    with pytest.raises(InvalidInput) as nothing_archived:
+        reconciliation_run(since_ms=T0, trigger="command")
+    archived(AS_OF)
+    with pytest.raises(InvalidInput) as empty:
+        reconciliation_run(since_ms=T0 + HOUR, until_ms=T0 + HOUR, trigger="command")
+    with pytest.raises(InvalidInput) as past:
+        reconciliation_run(until_ms=AS_OF + 1, trigger="command")
+
+    assert [e.value.code for e in (nothing_archived, empty, past)] == [
+        "archive_empty", "nothing_to_reconcile", "until_past_archive",
+    ]  # fmt: skip
+    assert not any(isinstance(e.value, ReconciliationSkipped) for e in (nothing_archived, empty))
+    assert not ReconciliationRun.objects.exists()
+
+
+def test_the_scheduled_run_records_nothing_while_another_runs(fake_job):
     lease_acquire(name=RECONCILE_LEASE, owner="another-worker", ttl_ms=60_000)
-    assert reconciliation_run_scheduled() is None
-    assert not fake_job.calls
+    assert reconciliation_run_scheduled() is None  # even with nothing archived: no skip
+    assert not fake_job.calls and not ReconciliationRun.objects.exists()
 
 
 # --- Beat ---------------------------------------------------------------------------------------

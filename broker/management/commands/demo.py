@@ -1,27 +1,47 @@
-"""``manage.py demo [--url URL] [--messages 10] [--timeout-s S]``: the RocketMQ transaction
-example (TransactionProducer + TransactionListenerImpl + a consumer of TranTest) against a
-running broker (web server, Celery worker and beat).
+"""``manage.py demo [--url URL] [--messages 10] [--timeout-s S] [--reconcile
+[--reconcile-timeout-s S]]``: the RocketMQ transaction example (TransactionProducer +
+TransactionListenerImpl + a consumer of TranTest) against a running broker (web server, Celery
+worker and beat; with ``--reconcile`` also the ``pipeline`` worker).
 
 The example itself is the client package's ``halfmoon_client.examples.seed_demo``, which runs
 over HTTP only. This command adds what needs the broker's code: it makes itself two access
 keys in the database (an admin key for the topic and groups, an application key for the two
 groups), computes a deadline from this environment's check settings, runs the example, and
 deletes the keys afterwards. The outcome: 1, 4, 7 committed and consumed, 2, 5, 8 rolled back,
-0, 3, 6, 9 discarded after ``HALFMOON_TRANSACTION_CHECK_MAX`` checks.
+0, 3, 6, 9 discarded after ``HALFMOON_TRANSACTION_CHECK_MAX`` checks. The default ``--url`` is
+the broker this environment serves: ``http://HALFMOON_HOST:HALFMOON_PORT`` (``bin/run``'s
+address; 0.0.0.0 and :: are reached on loopback).
 
 Start the broker with short check settings to see it end in seconds::
 
     HALFMOON_TRANSACTION_TIMEOUT_MS=1000 HALFMOON_TRANSACTION_CHECK_INTERVAL_MS=1000 \\
     HALFMOON_TRANSACTION_CHECK_MAX=3 ...
 
-Exit status 0 only if the outcome is the example's.
+``--reconcile`` then shows the data pipeline on the demo's transactions: it waits until the
+archive (exported by the pipeline worker every HALFMOON_ARCHIVE_INTERVAL_MS, in segments of
+HALFMOON_ARCHIVE_SEGMENT_MS) reaches the demo's last half message plus the time a transaction
+takes to settle, queues a reconciliation on the pipeline worker (``tasks.pipeline.reconcile``,
+trigger ``demo:<run>``, as the console's "Run now" does), waits for its run and prints its
+summary and its console page. The run is the worker's, not this process's: it judges by the
+broker's own settings, archive and Spark session (already started by the exports), and no
+second Spark driver starts beside it. This process reads the database only to wait. With the
+default archive settings (10-minute segments) that takes over ten minutes; the README's demo
+section gives short ones, which this shell must share with the broker (the wait is computed
+from them).
+
+Exit status 0 only if the outcome is the example's, and with ``--reconcile`` only if the run
+succeeded, judged every demo transaction and found no anomaly in them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 from halfmoon_client.examples.seed_demo import (
     DemoFailed,
     SeedDemo,
@@ -30,8 +50,43 @@ from halfmoon_client.examples.seed_demo import (
 )
 
 from broker.conf import conf
-from broker.models import AccessKey
+from broker.models import AccessKey, ReconciliationRun
+from broker.rules.anomalies import settle_ms
+from broker.rules.audit import iso_utc
+from broker.rules.durations import duration_text
+from broker.selectors_reconciliation import (
+    archive_reach,
+    half_messages_stored_range,
+    producer_group_analytics,
+    reconciliation_anomalies,
+    reconciliation_run_by_trigger,
+)
 from broker.services.admin import access_key_create
+from broker.services.reconciliation import reconciliation_params, reconciliation_run_queue
+
+T = TypeVar("T")
+
+POLL_S = 0.5
+RECONCILE_TIMEOUT_S = 600.0
+"""The default wait for the pipeline worker's run: Spark's start when the worker has none yet
+(20-40 s), the job, and a loaded machine's slack."""
+FINAL_STATES = (
+    ReconciliationRun.State.SUCCEEDED,
+    ReconciliationRun.State.FAILED,
+    ReconciliationRun.State.SKIPPED,
+)
+
+
+def broker_url() -> str:
+    """The base URL of the broker this environment serves: ``HALFMOON_HOST`` and
+    ``HALFMOON_PORT`` (``bin/run``'s and ``python -m halfmoon.web``'s address), the wildcard
+    addresses replaced by loopback, an IPv6 address in brackets."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(
+        settings.HALFMOON_HOST, settings.HALFMOON_HOST
+    )
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.HALFMOON_PORT}"
 
 
 def default_timeout_s() -> float:
@@ -44,15 +99,42 @@ def default_timeout_s() -> float:
     return (timeout + (check_max + 1) * interval) / 1000 + 60
 
 
+def settle_time_ms() -> int:
+    """How long after its half message a transaction is settled for the reconciliation
+    (``broker.rules.anomalies.settle_ms``) with this environment's settings (ms)."""
+    return settle_ms(reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0))
+
+
+def archive_wait_s() -> float:
+    """How long the archive may take, after the demo, to reach its last half message plus the
+    settle time: that time, then the segment holding it closing (a segment, the archive lag),
+    the next export (an interval), and two minutes for the export itself (s)."""
+    wait_ms = (
+        settle_time_ms() + conf.archive_segment_ms + conf.archive_lag_ms + conf.archive_interval_ms
+    )
+    return wait_ms / 1000 + 120
+
+
+def states_text(counts: dict[str, int]) -> str:
+    """Final-state counts as ``3 committed, 3 rolled back, 4 discarded, 0 pending``."""
+    return (
+        f"{counts.get('COMMITTED', 0)} committed, {counts.get('ROLLED_BACK', 0)} rolled back, "
+        f"{counts.get('DISCARDED', 0)} discarded, {counts.get('PREPARED', 0)} pending"
+    )
+
+
 class Command(BaseCommand):
     help = (
         "Run RocketMQ's transaction example (10 half messages to TranTest, a listener answering "
         "back-checks by value % 3, a consumer) against a running broker. Exit 0 only if 1, 4, 7 "
-        "are committed and consumed, 2, 5, 8 rolled back and 0, 3, 6, 9 discarded."
+        "are committed and consumed, 2, 5, 8 rolled back and 0, 3, 6, 9 discarded. With "
+        "--reconcile, then archive and reconcile them on the pipeline worker and print the "
+        "run's summary."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_run_arguments(parser)
+        parser.set_defaults(url=broker_url())
         parser.add_argument(
             "--timeout-s",
             type=float,
@@ -60,6 +142,19 @@ class Command(BaseCommand):
             help="give up (exit 1) if not every transaction is final and consumed by then; "
             "default: long enough for the check settings in this environment (the broker's "
             "must match): timeout + (check max + 1) x check interval + 60 s",
+        )
+        parser.add_argument(
+            "--reconcile",
+            action="store_true",
+            help="then wait until the archive holds the demo's settled transactions, run the "
+            "reconciliation on the pipeline worker and print its summary (exit 1 unless it "
+            "succeeded, judged all of them and found no anomaly in them)",
+        )
+        parser.add_argument(
+            "--reconcile-timeout-s",
+            type=float,
+            default=RECONCILE_TIMEOUT_S,
+            help=f"give up waiting for the run after this long (default {RECONCILE_TIMEOUT_S:g})",
         )
 
     def _say(self, line: str) -> None:
@@ -96,3 +191,103 @@ class Command(BaseCommand):
         finally:
             # The tokens die with this run; so do their keys.
             AccessKey.objects.filter(name__in=key_names).delete()
+        if options["reconcile"]:
+            self._reconcile(
+                url=options["url"].rstrip("/"),
+                producer_group=producer_group,
+                trigger=f"demo:{suffix}",
+                timeout_s=options["reconcile_timeout_s"],
+            )
+
+    def _wait(self, what: str, found: Callable[[], T | None], timeout_s: float) -> T:
+        """``found()``'s first value that is not None, asked every ``POLL_S``; CommandError
+        naming ``what`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while (value := found()) is None:
+            if time.monotonic() > deadline:
+                raise CommandError(f"Gave up after {timeout_s:g} s waiting for {what}.")
+            time.sleep(POLL_S)
+        return value
+
+    def _reconcile(self, *, url: str, producer_group: str, trigger: str, timeout_s: float) -> None:
+        """Wait for the archive, queue the run on the pipeline worker, wait for it, print it."""
+        stored = half_messages_stored_range(producer_group)
+        if stored is None:
+            raise CommandError(f"The demo stored no half message for {producer_group}.")
+        first, last = stored
+        settle = settle_time_ms()
+        reach = last + settle + 1
+        self._say(
+            f"Reconciliation: waiting for the archive to reach {iso_utc(reach)} (the last half "
+            f"message plus {duration_text(settle)} to settle; the pipeline worker exports every "
+            f"{duration_text(conf.archive_interval_ms)} in segments of "
+            f"{duration_text(conf.archive_segment_ms)})"
+        )
+        self._wait(
+            "the archive to reach the demo's settled transactions: is the pipeline worker "
+            "running (bin/run starts it), with the HALFMOON_ARCHIVE_* settings of this shell?",
+            lambda: True if archive_reach() >= reach else None,
+            archive_wait_s(),
+        )
+        reconciliation_run_queue(trigger=trigger)
+        self._say(
+            f"archived up to {iso_utc(archive_reach())}; reconciliation queued on the pipeline "
+            f"worker as {trigger} (Spark may take a minute to start)"
+        )
+        run = self._wait(
+            f"the reconciliation run {trigger}: is the pipeline worker running, or was another "
+            "run going on (then it recorded nothing)?",
+            lambda: self._finished(trigger),
+            timeout_s,
+        )
+        self._summary(run, url=url, producer_group=producer_group, first=first, last=last)
+
+    @staticmethod
+    def _finished(trigger: str) -> ReconciliationRun | None:
+        run = reconciliation_run_by_trigger(trigger)
+        return run if run is not None and run.state in FINAL_STATES else None
+
+    def _summary(
+        self, run: ReconciliationRun, *, url: str, producer_group: str, first: int, last: int
+    ) -> None:
+        """Print ``run``'s summary and where to see it; CommandError unless it succeeded over a
+        window holding the demo's half messages (``first``..``last``) with no anomaly in
+        ``producer_group``."""
+        page = f"{url}{reverse('console:reconciliation_run', args=[run.pk])}"
+        if run.state == ReconciliationRun.State.SKIPPED:
+            raise CommandError(
+                f"Reconciliation run {run.pk} skipped: {run.reason} Does this shell have the "
+                f"broker's HALFMOON_* settings? Console: {page}"
+            )
+        if run.state == ReconciliationRun.State.FAILED:
+            error = run.error.splitlines()[0] if run.error else "no error recorded"
+            raise CommandError(f"Reconciliation run {run.pk} failed: {error} Console: {page}")
+        say = self._say
+        say(
+            f"Reconciliation run {run.pk} {run.state} in {duration_text(run.duration_ms or 0)}: "
+            f"half messages stored from {iso_utc(run.since_timestamp)} to "
+            f"{iso_utc(run.until_timestamp)}"
+        )
+        say(f"  {run.transactions} transactions judged: {states_text(run.states)}")
+        total = sum(run.anomaly_counts.values())
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(run.anomaly_counts.items()))
+        say(f"  anomalies: {f'{total} ({kinds})' if total else 'none'}")
+        group = producer_group_analytics(run).get(producer_group)
+        if group is not None:
+            counts = {
+                "COMMITTED": group.committed,
+                "ROLLED_BACK": group.rolled_back,
+                "DISCARDED": group.discarded,
+                "PREPARED": group.pending,
+            }
+            say(f"  the demo's producer group {producer_group}: {states_text(counts)}")
+        say(f"Console: {page}")
+        say(f"API: GET {url}/api/v1/reconciliation/runs/{run.pk} (admin key)")
+        if not run.since_timestamp <= first or not last < run.until_timestamp:
+            raise CommandError(
+                f"Run {run.pk}'s window does not hold every demo transaction (half messages "
+                f"stored from {iso_utc(first)} to {iso_utc(last)}): another run judged some."
+            )
+        found = reconciliation_anomalies(run).filter(producer_group=producer_group).count()
+        if found:
+            raise CommandError(f"The reconciliation found {found} anomalies in the demo's.")

@@ -148,8 +148,9 @@ def _batch_apply(batch: list[CheckOutcome], *, now: int) -> list[CheckOutcome]:
         TransactionEvent.objects.bulk_create([e for c in changed.values() for e in c.events])
         for counted in changed.values():
             transaction_announce(counted.tx, counted.announce)
-        # Commits take their real queue's offset counter (``message_copy``) until the batch
-        # commits: taken in (topic, queue, id) order, so concurrent batches cannot deadlock.
+        # Commits take their real queue's offset counter (``transaction_resolve_locked``) until
+        # the batch commits: taken in (topic, queue, id) order, so concurrent batches cannot
+        # deadlock.
         resolving.sort(key=lambda o: resolution_lock_order(locked[o.job.transaction_id]))
         for outcome in resolving:
             tx = locked[outcome.job.transaction_id]
@@ -227,12 +228,9 @@ def _retry_undelivered(
 
 def _rows_write(rows: list[Transaction]) -> None:
     """Write the check counters of the locked ``rows`` (check_times, last_check_timestamp,
-    undelivered_checks, next_check_timestamp) in one statement: ``UPDATE ... FROM unnest(...)``
-    on PostgreSQL, Django's ``bulk_update`` (one ``CASE`` per column) on other databases."""
+    undelivered_checks, next_check_timestamp) in one statement, ``UPDATE ... FROM
+    unnest(...)``."""
     if not rows:
-        return
-    if connection.vendor != "postgresql":
-        Transaction.objects.bulk_update(rows, _COUNTER_FIELDS)
         return
     table = Transaction._meta.db_table
     with connection.cursor() as cur:
@@ -249,14 +247,6 @@ def _rows_write(rows: list[Transaction]) -> None:
                 [tx.next_check_timestamp for tx in rows],
             ],
         )
-
-
-_COUNTER_FIELDS = [
-    "check_times",
-    "last_check_timestamp",
-    "undelivered_checks",
-    "next_check_timestamp",
-]
 
 
 def _end_through_service(outcome: CheckOutcome) -> None:

@@ -48,10 +48,8 @@ _HALF_COLUMNS = {
 
 
 def snapshot_begin() -> None:
-    """On PostgreSQL, make the just-opened outermost transaction one REPEATABLE READ, READ ONLY
-    snapshot. Inside an enclosing transaction (tests) it stays as it is."""
-    if connection.vendor != "postgresql":
-        return
+    """Make the just-opened outermost transaction one REPEATABLE READ, READ ONLY snapshot.
+    Inside an enclosing transaction (tests) it stays as it is."""
     if connection.savepoint_ids:  # nested in an enclosing atomic(): too late to change
         return
     with connection.cursor() as cursor:
@@ -59,13 +57,10 @@ def snapshot_begin() -> None:
 
 
 def any_of(field_name: str, values: Iterable[Any]) -> Q:
-    """``field_name IN values``, as index probes. On PostgreSQL one array parameter
-    (``= ANY(%s)``), not one parameter per value, which psycopg splits slowly. Explicit values,
-    never a subquery: joined on a subquery the planner may hash a whole table per chunk."""
-    values = list(values)
-    if connection.vendor != "postgresql":
-        return Q(**{f"{field_name}__in": values})
-    return Q(_AnyOf(F(field_name), Value(values)))
+    """``field_name IN values``, as index probes: one array parameter (``= ANY(%s)``), not one
+    parameter per value, which psycopg splits slowly. Explicit values, never a subquery: joined
+    on a subquery the planner may hash a whole table per chunk."""
+    return Q(_AnyOf(F(field_name), Value(list(values))))
 
 
 class _AnyOf(Func):

@@ -15,9 +15,7 @@ from broker.selectors_overview import (
     BUCKET_MS,
     WINDOW_BUCKETS,
     OverviewWindow,
-    nearest_rank,
     overview,
-    resolution_latency,
 )
 from broker.services.admin import producer_group_create
 from broker.services.transactions import (
@@ -175,20 +173,6 @@ def test_latency_percentiles_per_group_by_nearest_rank(seed):
     g = by_group["G"]
     assert g.count == 3  # "gone" ended before the window; d1 is a discard, not a resolution
     assert (g.p50_ms, g.p95_ms, g.p99_ms) == (g_latencies[1], g_latencies[2], g_latencies[2])
-
-
-def test_latency_in_python_equals_postgresql_percentile_disc(seed):
-    in_python = resolution_latency(WINDOW, in_database=False)
-    assert in_python == resolution_latency(WINDOW, in_database=True)
-    assert [row.producer_group for row in in_python] == ["G", "H"]
-
-
-@pytest.mark.parametrize(
-    ("values", "p", "expected"),
-    [([7], 0.99, 7), ([1, 2, 3, 4], 0.5, 2), ([1, 2, 3, 4], 0.51, 3), ([1, 2, 3, 4], 1.0, 4)],
-)
-def test_nearest_rank(values, p, expected):
-    assert nearest_rank(values, p) == expected
 
 
 def test_unreachable_groups_and_oldest_pending_per_group(seed):

@@ -11,9 +11,13 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from broker.models import ReconciliationRun
+import tasks.pipeline
+from broker.models import Message, ReconciliationRun
+from broker.rules.anomalies import settle_ms
+from broker.rules.audit import iso_utc
 from broker.services import reconciliation as service
 from broker.services.admin import producer_group_create
+from broker.services.reconciliation import reconciliation_params
 from console.views import reconciliation as views
 from tests.services.reconciliation_runs import HOUR, T0, analytics_row, anomaly, stored_run
 from tests.support import prepare
@@ -110,6 +114,43 @@ def test_an_operator_queues_a_run_that_records_who_started_it(
     user = response.context["user"].get_username()
     assert sent == [("tasks.pipeline.reconcile", {"kwargs": {"trigger": f"console:{user}"}})]
     assert f"Reconciliation queued by console:{user}" in response.content.decode()
+
+
+def test_run_now_with_nothing_settled_shows_the_skip_and_why(
+    operator, monkeypatch, django_capture_on_commit_callbacks, topic, producer_group
+):
+    """The pipeline worker's task, run in place of Celery's transport: with nothing archived
+    the list shows the decision, not "No run yet"."""
+    tx = prepare(producer_group="G")
+
+    class App:
+        def send_task(self, name: str, kwargs: dict) -> None:
+            assert name == "tasks.pipeline.reconcile"
+            tasks.pipeline.reconcile(**kwargs)
+
+    monkeypatch.setattr(service, "current_app", App())
+    with django_capture_on_commit_callbacks(execute=True):  # the task runs as this exits
+        operator.post(reverse("console:reconciliation_run_now"))
+    response = operator.get(LIST)
+
+    html = response.content.decode()
+    run = ReconciliationRun.objects.get()
+    user = response.context["user"].get_username()
+    settles = Message.objects.get(pk=tx.half_commit_log_offset).store_timestamp + settle_ms(
+        reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0)
+    )
+    assert run.state == "skipped" and run.trigger == f"console:{user}"
+    assert "No run yet" not in html
+    notice = re.search(r'<div class="notice" id="latest-decision".*?</div>', html, re.S).group()
+    assert "Latest decision: not run." in notice and f"console:{user}" in notice
+    assert "Nothing is archived yet" in notice
+    assert f'<time datetime="{iso_utc(settles)}" class="settles">' in notice
+    row = re.search(r'<tr class="run-skipped">(.*?)</tr>', html, re.S).group(1)
+    assert '<span class="badge skipped">skipped</span>' in row
+    assert (
+        "Nothing is archived yet" in row
+        and f'Settles at <time datetime="{iso_utc(settles)}"' in row
+    )
 
 
 # --- The runs list ------------------------------------------------------------------------------
@@ -210,6 +251,35 @@ def test_a_failed_runs_page_says_why(viewer, db):
     assert '<pre class="error-text">RuntimeError: executor lost</pre>' in html
     assert "No analytics (the run did not succeed)." in html
     assert "Settings judged by" not in html  # none recorded
+
+
+def test_a_skipped_runs_page_says_why_and_when_to_run_again(viewer, db):
+    nothing_settled = ReconciliationRun.objects.create(
+        state="skipped", trigger="beat", since_timestamp=T0, until_timestamp=T0 - 60_000,
+        as_of_timestamp=T0 + 60_000, spark_master="local[2]", finished_timestamp=T0,
+        started_timestamp=T0, reason="Nothing to reconcile: the window is empty.",
+        settles_timestamp=T0 + 600_000,
+    )  # fmt: skip
+    nothing_archived = ReconciliationRun.objects.create(
+        state="skipped", trigger="beat", spark_master="local[2]", finished_timestamp=T0,
+        started_timestamp=T0, reason="Nothing is archived yet.",
+    )  # fmt: skip
+
+    html = viewer.get(run_page(nothing_settled.pk)).content.decode()
+    empty = viewer.get(run_page(nothing_archived.pk)).content.decode()
+
+    assert '<span class="badge skipped" id="run-state">skipped</span>' in html
+    assert '<td id="skip-reason">Nothing to reconcile: the window is empty.</td>' in html
+    assert '<time datetime="2027-01-15T08:10:00.000Z" id="settles">' in html
+    assert "2027-01-15T08:00:00.000Z</time> to <time" in html and ": empty" in html
+    assert "(the archive's watermark)" in html  # as_of, which it saw
+    assert "Anomalies" not in html and "Analytics" not in html and "Output (Parquet)" not in html
+    assert '<td id="skip-reason">Nothing is archived yet.</td>' in empty
+    assert "no transaction waits to be judged" in empty and "none (nothing archived)" in empty
+    assert "Logs read up to" not in empty
+    listed = viewer.get(LIST).content.decode()
+    assert "Latest decision: not run." in listed  # the newest run is a skip
+    assert len(re.findall(r'<tr class="run-skipped">', listed)) == 2
 
 
 def test_an_unknown_run_is_a_404_page(viewer, db):
