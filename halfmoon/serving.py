@@ -18,7 +18,7 @@ thread from its first middleware to its response, as under a WSGI server, and at
 many requests per process hold a database connection at once. A long poll (``broker.api.
 views_poll``) makes its first read there too; when it finds nothing, the thread goes back to
 other requests and the wait is an ``await`` on the process's ``WakeupHub``
-(``broker.services.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
+(``broker.plumbing.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
 
 Before the handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
 bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the
@@ -46,13 +46,13 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.http import HttpResponseBase
 
-from broker.services.polling import (
+from broker.plumbing.polling import (
     ARRIVED_ENVIRON_KEY,
     CONTINUATION_ENVIRON_KEY,
     WAKEUP_HUB_ENVIRON_KEY,
     poll_continue,
 )
-from broker.services.wakeups import WakeupHub, wakeup_hub
+from broker.plumbing.wakeups import WakeupHub, wakeup_hub
 from halfmoon.body_limit import declared_content_length
 from halfmoon.request_id import REQUEST_ID_HEADER
 
@@ -182,7 +182,7 @@ class BufferedWSGI:
         its answer goes out in two messages.
 
         ``arrived`` (``time.monotonic()`` seconds) and ``hub`` (the event loop's
-        ``WakeupHub``) go into the environ (``broker.services.polling``'s keys): a long poll
+        ``WakeupHub``) go into the environ (``broker.plumbing.polling``'s keys): a long poll
         whose first read found nothing hands back a ``PollContinuation``, and its wait is
         done here in the event loop (``poll_continue``), each further read one hop to a pool
         thread, until it answers, its deadline passes or the client disconnects (read from

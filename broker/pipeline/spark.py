@@ -55,13 +55,19 @@ _DEFAULT_CONF = {
 
 
 def spark_session(
-    *, master: str | None = None, app_name: str = "halfmoon", conf: dict[str, str] | None = None
+    *,
+    master: str,
+    driver_memory: str | None = None,
+    app_name: str = "halfmoon",
+    conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """The process's Spark session, started on first use (a JVM through py4j; 5-15 s).
 
     Args:
-        master: a Spark master URL; default ``settings.HALFMOON_SPARK_MASTER``. A session
+        master: a Spark master URL (the broker's: ``settings.HALFMOON_SPARK_MASTER``). A session
             already running on another master is stopped and started again on this one.
+        driver_memory: the driver JVM's heap (``"4g"``); default the environment's
+            ``HALFMOON_SPARK_DRIVER_MEMORY``, else ``DRIVER_MEMORY_DEFAULT``.
         app_name: shown by a cluster's master.
         conf: extra Spark settings (``{"spark.sql.shuffle.partitions": "64"}``).
 
@@ -71,12 +77,7 @@ def spark_session(
     Raises:
         RuntimeError: Java is missing or too old (Spark 4 needs Java 17+): the JVM did not start.
     """
-    if master is None:
-        from django.conf import settings
-
-        master = settings.HALFMOON_SPARK_MASTER
-        driver_memory = settings.HALFMOON_SPARK_DRIVER_MEMORY
-    else:
+    if driver_memory is None:
         driver_memory = os.environ.get("HALFMOON_SPARK_DRIVER_MEMORY", DRIVER_MEMORY_DEFAULT)
     with _lock:
         active = SparkSession.getActiveSession()

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import models
+from broker.rules.choices import TextChoices
 
 # Seed 002's set difference is taken per producer group and 10-minute bucket of half time.
 BUCKET_MS = 10 * 60 * 1000
 HOUR_MS = 60 * 60 * 1000
 
 
-class AnomalyKind(models.TextChoices):
+class AnomalyKind(TextChoices):
     """What the reconciliation can find; each anomaly names its transaction (or msg_id)."""
 
     HANGING = "hanging", "PREPARED past the check max or the reserved time without a discard"

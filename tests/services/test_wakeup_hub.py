@@ -1,4 +1,4 @@
-"""``broker.services.wakeups.WakeupHub``: one wake-up per key of competing waiters, not one per
+"""``broker.plumbing.wakeups.WakeupHub``: one wake-up per key of competing waiters, not one per
 waiter, and a wake-up never dropped: passed on when its waiter leaves without reading for it or
 found something. Against the real Redis (the test settings' ``REDIS_URL``)."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
-from broker.services import wakeups
-from broker.services.wakeups import Listener, WakeupHub, topic_channel, wakeup_publish
+from broker.plumbing import wakeups
+from broker.plumbing.wakeups import Listener, WakeupHub, topic_channel, wakeup_publish
 
 CHANNEL = topic_channel("HubTest")
 

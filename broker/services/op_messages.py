@@ -33,7 +33,7 @@ from broker.services.storage import message_put, new_msg_id
 logger = logging.getLogger("halfmoon.ops")
 
 OP_FLUSH_LIMIT = 20_000  # resolutions per flush transaction: ~8 bytes each, ~40 Op messages
-OP_FLUSH_TASK = "tasks.ops.op_flush_queue"
+OP_FLUSH_TASK = "tasks.op_messages.op_flush_queue"
 
 _buffered: dict[int, int] = {}
 _buffered_lock = threading.Lock()

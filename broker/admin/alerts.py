@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from broker import models
-from broker.admin import ReadOnlyAdmin, ServiceAdmin, _adopt, _checked
+from broker.admin.base import ReadOnlyAdmin, ServiceAdmin, adopt_saved, value_checked
 from broker.rules.alerts import AlertKind
 from broker.services.admin import name_validate
 from broker.services.alerts.receivers import (
@@ -55,14 +55,14 @@ class AlertRuleForm(forms.ModelForm):
         fields = ["name", "kind", *_RULE_VALUES]
 
     def clean_name(self) -> str:
-        return _checked(self.cleaned_data["name"], lambda n: name_validate("alert rule", n))
+        return value_checked(self.cleaned_data["name"], lambda n: name_validate("alert rule", n))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         kind = data.get("kind") or self.instance.kind
         values = {k: data[k] for k in _RULE_VALUES if k in data}
-        _checked(kind, alert_kind_validate)
-        _checked(values, lambda v: alert_rule_values_validate(AlertKind(kind), v))
+        value_checked(kind, alert_kind_validate)
+        value_checked(values, lambda v: alert_rule_values_validate(AlertKind(kind), v))
         return data
 
 
@@ -88,9 +88,9 @@ class AlertRuleAdmin(ServiceAdmin):
     ) -> None:
         values = {k: form.cleaned_data[k] for k in _RULE_VALUES}
         if change:
-            _adopt(obj, alert_rule_update(name=obj.name, **values))
+            adopt_saved(obj, alert_rule_update(name=obj.name, **values))
         else:
-            _adopt(obj, alert_rule_create(name=obj.name, kind=obj.kind, **values))
+            adopt_saved(obj, alert_rule_create(name=obj.name, kind=obj.kind, **values))
 
     def delete_model(self, request: HttpRequest, obj: models.AlertRule) -> None:
         alert_rule_delete(name=obj.name)
@@ -119,7 +119,9 @@ class AlertReceiverForm(forms.ModelForm):
             self.initial["emails"] = ", ".join(self.instance.emails)
 
     def clean_name(self) -> str:
-        return _checked(self.cleaned_data["name"], lambda n: name_validate("alert receiver", n))
+        return value_checked(
+            self.cleaned_data["name"], lambda n: name_validate("alert receiver", n)
+        )
 
     def clean_emails(self) -> list[str]:
         return self.cleaned_data["emails"].replace(",", " ").split()
@@ -127,7 +129,7 @@ class AlertReceiverForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         kind = data.get("kind") or self.instance.kind
-        _checked(
+        value_checked(
             (kind, data.get("url") or "", data.get("emails") or []),
             lambda v: receiver_target_validate(*v),
         )
@@ -168,7 +170,7 @@ class AlertReceiverAdmin(ServiceAdmin):
                 emails=data["emails"],
                 enabled=data["enabled"],
             )
-        _adopt(obj, saved)
+        adopt_saved(obj, saved)
 
     def delete_model(self, request: HttpRequest, obj: models.AlertReceiver) -> None:
         receiver_delete(name=obj.name)

@@ -345,7 +345,7 @@ class WakeupHub:
         read of two ints under the GIL). A read made after taking a generation misses no
         commit whose wake-up comes later: if the generation, taken again once a waiter is
         registered, differs, something was published meanwhile and the read must be made
-        again (``broker.services.polling.poll_continue``)."""
+        again (``broker.plumbing.polling.poll_continue``)."""
         if not self.subscribed.is_set():
             return None
         return self._subscriptions, self._seen.get(channel, 0)

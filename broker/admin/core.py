@@ -11,18 +11,23 @@ rows and derived state are read-only: they change only through the broker's serv
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Model
-from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 
+# Halfmoon's own alerts: rules and receivers through their services, the rest view-only.
 from broker import models
+from broker.admin.base import (
+    INLINE_ROWS,
+    ReadOnlyAdmin,
+    ReadOnlyInline,
+    ServiceAdmin,
+    adopt_saved,
+    value_checked,
+)
 from broker.conf import conf
-from broker.errors import HalfmoonError
 from broker.services.admin import (
     access_key_create,
     access_key_groups_validate,
@@ -40,65 +45,6 @@ from broker.services.admin import (
     topic_update,
 )
 
-T = TypeVar("T")
-
-
-def _checked(value: T, check: Callable[[T], None]) -> T:
-    """``value`` once a service's ``check`` of it passes; the check's ``InvalidInput`` becomes
-    the form field's error."""
-    try:
-        check(value)
-    except HalfmoonError as exc:
-        raise forms.ValidationError(exc.message, code=exc.code) from exc
-    return value
-
-
-def _adopt(obj: Model, saved: Model) -> None:
-    """Make the admin's unsaved ``obj`` the row a service saved (primary key and every field),
-    so the admin's log entry and redirect name the real object."""
-    for field in obj._meta.concrete_fields:
-        setattr(obj, field.attname, getattr(saved, field.attname))
-    obj._state.adding = False
-    obj._state.db = saved._state.db
-
-
-class ViewOnly:
-    """No add, change or delete for anyone: a model admin or inline to browse only."""
-
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
-        return False
-
-
-class ReadOnlyAdmin(ViewOnly, admin.ModelAdmin):
-    """Stored messages and derived state: browse, never edit by hand."""
-
-
-class ServiceAdmin(admin.ModelAdmin):
-    """A model written only through its services: ``fields`` on the add page, plus
-    ``change_readonly_fields`` (the name, which history refers to, and what the broker keeps
-    up to date) on the change page; never deleted here. Subclasses call the services in
-    ``save_model``."""
-
-    change_readonly_fields: tuple[str, ...] = ("name",)
-
-    def get_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        fields = list(self.fields or [])
-        if obj is None:
-            return fields
-        return fields + [f for f in self.change_readonly_fields if f not in fields]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        return list(self.change_readonly_fields) if obj is not None else []
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
 
 class TopicForm(forms.ModelForm):
     class Meta:
@@ -106,11 +52,11 @@ class TopicForm(forms.ModelForm):
         fields = ["name", "queue_nums"]
 
     def clean_name(self) -> str:
-        return _checked(self.cleaned_data["name"], topic_name_validate)
+        return value_checked(self.cleaned_data["name"], topic_name_validate)
 
     def clean_queue_nums(self) -> int:
         current = None if self.instance._state.adding else self.instance.queue_nums
-        return _checked(
+        return value_checked(
             self.cleaned_data["queue_nums"], lambda n: queue_nums_validate(n, current=current)
         )
 
@@ -134,7 +80,7 @@ class TopicAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: models.Topic, form: forms.ModelForm, change: bool
     ) -> None:
         write = topic_update if change else topic_create
-        _adopt(obj, write(name=obj.name, queue_nums=obj.queue_nums))
+        adopt_saved(obj, write(name=obj.name, queue_nums=obj.queue_nums))
 
 
 @admin.register(models.ConsumeQueue)
@@ -165,7 +111,7 @@ class GroupForm(forms.ModelForm):
     group_kind = "group"
 
     def clean_name(self) -> str:
-        return _checked(
+        return value_checked(
             self.cleaned_data["name"], lambda n: group_name_validate(self.group_kind, n)
         )
 
@@ -185,7 +131,7 @@ class ProducerGroupForm(GroupForm):
 
     def clean_check_url(self) -> str:
         """The services' check-target rule (``check_url_validate``), as a field error."""
-        return _checked(self.cleaned_data["check_url"], check_url_validate)
+        return value_checked(self.cleaned_data["check_url"], check_url_validate)
 
 
 @admin.register(models.ProducerGroup)
@@ -209,7 +155,7 @@ class ProducerGroupAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: models.ProducerGroup, form: forms.ModelForm, change: bool
     ) -> None:
         write = producer_group_update if change else producer_group_create
-        _adopt(obj, write(name=obj.name, check_url=obj.check_url))
+        adopt_saved(obj, write(name=obj.name, check_url=obj.check_url))
 
 
 class ConsumerGroupForm(GroupForm):
@@ -220,7 +166,9 @@ class ConsumerGroupForm(GroupForm):
         fields = ["name", "max_delivery_attempts"]
 
     def clean_max_delivery_attempts(self) -> int:
-        return _checked(self.cleaned_data["max_delivery_attempts"], max_delivery_attempts_validate)
+        return value_checked(
+            self.cleaned_data["max_delivery_attempts"], max_delivery_attempts_validate
+        )
 
 
 @admin.register(models.ConsumerGroup)
@@ -241,7 +189,7 @@ class ConsumerGroupAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: models.ConsumerGroup, form: forms.ModelForm, change: bool
     ) -> None:
         write = consumer_group_update if change else consumer_group_create
-        _adopt(obj, write(name=obj.name, max_delivery_attempts=obj.max_delivery_attempts))
+        adopt_saved(obj, write(name=obj.name, max_delivery_attempts=obj.max_delivery_attempts))
 
 
 class GroupListField(forms.CharField):
@@ -272,7 +220,7 @@ class AccessKeyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        _checked(
+        value_checked(
             [*data.get("producer_groups", []), *data.get("consumer_groups", [])],
             access_key_groups_validate,
         )
@@ -304,10 +252,10 @@ class AccessKeyAdmin(ServiceAdmin):
             "consumer_groups": form.cleaned_data["consumer_groups"],
         }
         if change:
-            _adopt(obj, access_key_update(name=obj.name, **rights))
+            adopt_saved(obj, access_key_update(name=obj.name, **rights))
             return
         key, token = access_key_create(name=obj.name, **rights)
-        _adopt(obj, key)
+        adopt_saved(obj, key)
         messages.success(
             request,
             f"The token of access key {key.name} is {token} . Copy it now: it is shown this "
@@ -403,9 +351,6 @@ class AuditTargetAdmin(ReadOnlyAdmin):
     search_fields = ["transaction_id"]
 
 
-# --- The data pipeline: archive and reconciliation (view-only) ----------------------------------
-
-
 @admin.register(models.DeliveryEvent)
 class DeliveryEventAdmin(ReadOnlyAdmin):
     """The delivery journal (deliveries, acks, dead letters): append-only."""
@@ -440,27 +385,7 @@ class ArchiveSegmentAdmin(ReadOnlyAdmin):
     list_display = ["start_timestamp", "end_timestamp", "uri", "duration_ms", "rows"]
 
 
-INLINE_ROWS = 200  # a run page shows this many anomalies; the API and console page them all
-
-
-class _FirstRowsFormSet(BaseInlineFormSet):
-    """An inline formset showing only the first ``INLINE_ROWS`` rows (a run may store 10,000
-    anomalies: one admin page must not render them all)."""
-
-    def get_queryset(self) -> Any:
-        return super().get_queryset()[:INLINE_ROWS]
-
-
-class _ReadOnlyInline(ViewOnly, admin.TabularInline):
-    """A view-only inline of the first ``INLINE_ROWS`` rows."""
-
-    formset = _FirstRowsFormSet
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-
-class ReconciliationAnomalyInline(_ReadOnlyInline):
+class ReconciliationAnomalyInline(ReadOnlyInline):
     """A run's stored anomalies, on its page."""
 
     model = models.ReconciliationAnomaly
@@ -468,7 +393,7 @@ class ReconciliationAnomalyInline(_ReadOnlyInline):
     verbose_name_plural = f"anomalies (the first {INLINE_ROWS})"
 
 
-class ReconciliationAnalyticsInline(_ReadOnlyInline):
+class ReconciliationAnalyticsInline(ReadOnlyInline):
     """A run's analytics rows, on its page."""
 
     model = models.ReconciliationAnalytics
@@ -516,7 +441,3 @@ class ReconciliationAnalyticsAdmin(ReadOnlyAdmin):
 
     list_display = ["run", "hour_timestamp", "producer_group", "topic", "transactions"]
     list_filter = ["producer_group"]
-
-
-# Halfmoon's own alerts: rules and receivers through their services, the rest view-only.
-from broker import admin_alerts  # noqa: E402,F401

@@ -22,17 +22,33 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from broker.api import serializers as s
 from broker.api.exceptions import exception_handler
 from broker.api.permissions import require_any_producer, require_producer
+from broker.api.serializers.batch import (
+    BatchInSerializer,
+    MessageBatchInSerializer,
+    MessageBatchOutSerializer,
+    TransactionBatchInSerializer,
+    TransactionBatchOutSerializer,
+    TransactionEndBatchInSerializer,
+    TransactionEndBatchItemInSerializer,
+    TransactionEndBatchOutSerializer,
+)
+from broker.api.serializers.errors import ErrorDetailOutSerializer
+from broker.api.serializers.messages import MessageSendInSerializer, SendResultSerializer
+from broker.api.serializers.transactions import (
+    TransactionEndOutSerializer,
+    TransactionPrepareInSerializer,
+    TransactionPrepareOutSerializer,
+)
 from broker.api.shapes import represented, validated
-from broker.api.views import _errors
+from broker.api.views.base import error_responses
 from broker.conf import conf
 from broker.errors import HalfmoonError
 from broker.lookups import producer_group_require
@@ -46,7 +62,7 @@ class BatchInSchema(OpenApiSerializerExtension):
     each documented as the single operation's body (its component) but accepted whatever it is:
     an item that is not valid is answered in its own result (400), not refused with the batch."""
 
-    target_class = "broker.api.serializers.BatchInSerializer"
+    target_class = "broker.api.serializers.batch.BatchInSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
@@ -75,14 +91,14 @@ class BatchOutSchema(OpenApiSerializerExtension):
     ``ok_statuses``, ``body`` the single answer's component) or an error item (``status``
     400-499, ``error`` the contract's error object)."""
 
-    target_class = "broker.api.serializers.BatchOutSerializer"
+    target_class = "broker.api.serializers.batch.BatchOutSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         """The ``results`` array of ``oneOf`` [success item, error item]."""
         target = self.target if isinstance(self.target, type) else type(self.target)
         body = auto_schema.resolve_serializer(target.item_serializer, direction).ref
-        error = auto_schema.resolve_serializer(s.ErrorDetailOutSerializer, direction).ref
+        error = auto_schema.resolve_serializer(ErrorDetailOutSerializer, direction).ref
         ok = {
             "type": "object",
             "properties": {
@@ -109,7 +125,7 @@ class BatchOutSchema(OpenApiSerializerExtension):
 # --- Item handling -----------------------------------------------------------------------------
 
 
-def _items(request: Request, envelope: type[s.BatchInSerializer]) -> list[Any]:
+def _items(request: Request, envelope: type[BatchInSerializer]) -> list[Any]:
     """The items of the batch as sent, after the envelope and ``batch_size_check``.
 
     Raises:
@@ -123,7 +139,7 @@ def _items(request: Request, envelope: type[s.BatchInSerializer]) -> list[Any]:
 
 def _items_valid(
     items: list[Any],
-    serializer_class: type[s.serializers.Serializer],
+    serializer_class: type[serializers.Serializer],
     check: Callable[[dict], None],
 ) -> list[batch.BatchItem]:
     """Each item's service arguments: ``serializer_class``'s validated data (``validated``, as
@@ -177,8 +193,8 @@ _DESCRIPTION = (
 
 class TransactionBatchView(APIView):
     @extend_schema(
-        request=s.TransactionBatchInSerializer,
-        responses={200: s.TransactionBatchOutSerializer, **_errors(413)},
+        request=TransactionBatchInSerializer,
+        responses={200: TransactionBatchOutSerializer, **error_responses(413)},
         summary="Send half messages in one batch",
         description=f"{_DESCRIPTION} Idempotent per `msg_id` as the single send: an item whose "
         "msg_id is stored already answers status 200 with the stored transaction. Each item "
@@ -189,7 +205,7 @@ class TransactionBatchView(APIView):
             require_producer(request, data["producer_group"])
 
         sends = _items_valid(
-            _items(request, s.TransactionBatchInSerializer), s.TransactionPrepareInSerializer, check
+            _items(request, TransactionBatchInSerializer), TransactionPrepareInSerializer, check
         )
         outcomes = batch.transaction_prepare_batch(sends=sends)
         return Response(
@@ -197,7 +213,7 @@ class TransactionBatchView(APIView):
                 outcomes,
                 lambda o: (
                     status.HTTP_201_CREATED if o[1] else status.HTTP_200_OK,
-                    represented(s.TransactionPrepareOutSerializer, o[0]),
+                    represented(TransactionPrepareOutSerializer, o[0]),
                 ),
             )
         )
@@ -205,8 +221,8 @@ class TransactionBatchView(APIView):
 
 class TransactionEndBatchView(APIView):
     @extend_schema(
-        request=s.TransactionEndBatchInSerializer,
-        responses={200: s.TransactionEndBatchOutSerializer, **_errors(413)},
+        request=TransactionEndBatchInSerializer,
+        responses={200: TransactionEndBatchOutSerializer, **error_responses(413)},
         summary="End transactions in one batch: commit, rollback or unknown",
         description=f"{_DESCRIPTION} Each item is what `POST /transactions/{{id}}/end` answers "
         "for it: 200 with the transaction's state, 404 unknown id, 403 another producer "
@@ -219,23 +235,23 @@ class TransactionEndBatchView(APIView):
             require_producer(request, data["producer_group"])
 
         ends = _items_valid(
-            _items(request, s.TransactionEndBatchInSerializer),
-            s.TransactionEndBatchItemInSerializer,
+            _items(request, TransactionEndBatchInSerializer),
+            TransactionEndBatchItemInSerializer,
             check,
         )
         outcomes = batch.transaction_end_batch(ends=ends)
         return Response(
             _results(
                 outcomes,
-                lambda tx: (status.HTTP_200_OK, represented(s.TransactionEndOutSerializer, tx)),
+                lambda tx: (status.HTTP_200_OK, represented(TransactionEndOutSerializer, tx)),
             )
         )
 
 
 class MessageBatchView(APIView):
     @extend_schema(
-        request=s.MessageBatchInSerializer,
-        responses={200: s.MessageBatchOutSerializer, **_errors(413)},
+        request=MessageBatchInSerializer,
+        responses={200: MessageBatchOutSerializer, **error_responses(413)},
         summary="Send normal messages in one batch (RocketMQ batch send)",
         description=f"{_DESCRIPTION} Needs an admin key or a key with a producer group (else "
         "403 for the whole batch), and each item's `producer_group` as the single send.",
@@ -254,12 +270,12 @@ class MessageBatchView(APIView):
             data["producer_group"] = group
 
         sends = _items_valid(
-            _items(request, s.MessageBatchInSerializer), s.MessageSendInSerializer, check
+            _items(request, MessageBatchInSerializer), MessageSendInSerializer, check
         )
         outcomes = batch.message_send_batch(sends=sends)
         return Response(
             _results(
                 outcomes,
-                lambda m: (status.HTTP_201_CREATED, represented(s.SendResultSerializer, m)),
+                lambda m: (status.HTTP_201_CREATED, represented(SendResultSerializer, m)),
             )
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from django.db.models import Count, OuterRef, Subquery, Sum
+from django.db.models import Count, Min, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from broker.constants import dlq_topic
@@ -37,6 +37,7 @@ from broker.models import (
     Transaction,
 )
 from broker.rules.states import TransactionState
+from broker.selectors.queries import first_or_not_found
 
 
 @dataclass(frozen=True)
@@ -195,3 +196,58 @@ def dead_letters_by_group(since: int) -> dict[str, int]:
         .values_list("consumer_group", "n")
     )
     return dict(rows)
+
+
+def topic_list() -> QuerySet[Topic]:
+    """User topics (not broker-owned ones), by name."""
+    return Topic.objects.filter(system=False)
+
+
+def topic_get(name: str) -> Topic:
+    """A topic by name, system topics included.
+
+    Raises:
+        NotFound: ``topic_not_found``.
+    """
+    return first_or_not_found(Topic.objects.filter(name=name), "topic", name)
+
+
+def producer_group_list() -> QuerySet[ProducerGroup]:
+    """Every producer group, by name."""
+    return ProducerGroup.objects.order_by("name")
+
+
+def consumer_group_list() -> QuerySet[ConsumerGroup]:
+    """Every consumer group, by name."""
+    return ConsumerGroup.objects.order_by("name")
+
+
+def producer_group_get(name: str) -> ProducerGroup:
+    """A producer group by name.
+
+    Raises:
+        NotFound: ``producer_group_not_found``.
+    """
+    return first_or_not_found(ProducerGroup.objects.filter(name=name), "producer_group", name)
+
+
+def topic_queue_offsets(topic: Topic) -> list[dict[str, int]]:
+    """Each queue's ``min_offset`` (first stored queue offset) and ``max_offset`` (the next one),
+    as RocketMQ's topic status: ``[{"queue_id", "min_offset", "max_offset"}]``."""
+    maxima = dict(
+        ConsumeQueue.objects.filter(topic=topic.name).values_list("queue_id", "max_offset")
+    )
+    minima = dict(
+        Message.objects.filter(topic=topic.name)
+        .values("queue_id")
+        .annotate(m=Min("queue_offset"))
+        .values_list("queue_id", "m")
+    )
+    return [
+        {
+            "queue_id": q,
+            "min_offset": minima.get(q, maxima.get(q, 0)),
+            "max_offset": maxima.get(q, 0),
+        }
+        for q in range(topic.queue_nums)
+    ]

@@ -3,7 +3,7 @@
 Each endpoint is a DRF view (``ReceiveView``, ``CheckRequestsView``) that authenticates, checks
 rights and validates as every other view and answers a ``LongPollResponse`` naming what to
 read and how long to wait; ``long_poll_view`` (``LongPollAPIView.as_view``) wraps it in a view
-that does the reading and the waiting (``broker.services.polling``):
+that does the reading and the waiting (``broker.plumbing.polling``):
 
 - as ``halfmoon.serving`` serves it (uvicorn, the quick start): the DRF view and the first read
   run in one of the server's threads; when that read finds nothing, the view hands the server
@@ -33,13 +33,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from broker import selectors
-from broker.api import serializers as s
 from broker.api.permissions import require_consumer, require_producer
+from broker.api.serializers.messages import (
+    CheckRequestsOutSerializer,
+    CheckRequestsQuerySerializer,
+    ReceivedMessageSerializer,
+    ReceiveInSerializer,
+    ReceiveOutSerializer,
+)
 from broker.api.shapes import validated
-from broker.api.views import _errors
-from broker.services import checks, consumers
-from broker.services.polling import (
+from broker.api.views.base import error_responses
+from broker.plumbing.polling import (
     ARRIVED_ENVIRON_KEY,
     CONTINUATION_ENVIRON_KEY,
     WAKEUP_HUB_ENVIRON_KEY,
@@ -47,7 +51,9 @@ from broker.services.polling import (
     poll_until,
     release_connection,
 )
-from broker.services.wakeups import WakeupHub, check_requests_channel, topic_channel
+from broker.plumbing.wakeups import WakeupHub, check_requests_channel, topic_channel
+from broker.selectors.topology import producer_group_get
+from broker.services import checks, consumers
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class LongPoll:
 
     ``fetch``: one database try, returning the serialized items found (empty: nothing yet);
     ``body``: the answer's body for the items of the last try; ``wait_ms``: the longest wait
-    (ms, the request's); ``channel``: its wake-up channel (``broker.services.wakeups``);
+    (ms, the request's); ``channel``: its wake-up channel (``broker.plumbing.wakeups``);
     ``key``: who competes for the same items (``PollContinuation.key``).
     """
 
@@ -170,14 +176,14 @@ class LongPollAPIView(APIView):
 
 class CheckRequestsView(LongPollAPIView):
     @extend_schema(
-        parameters=[s.CheckRequestsQuerySerializer],
-        responses={200: s.CheckRequestsOutSerializer, **_errors(404)},
+        parameters=[CheckRequestsQuerySerializer],
+        responses={200: CheckRequestsOutSerializer, **error_responses(404)},
         summary="Long-poll the back-checks of a producer group without check_url",
     )
     def get(self, request: Request, name: str) -> Response:
         require_producer(request, name)
-        query = validated(s.CheckRequestsQuerySerializer, request.query_params)
-        selectors.producer_group_get(name)
+        query = validated(CheckRequestsQuerySerializer, request.query_params)
+        producer_group_get(name)
         return LongPollResponse(
             LongPoll(
                 fetch=lambda: checks.check_requests_poll(
@@ -193,17 +199,17 @@ class CheckRequestsView(LongPollAPIView):
 
 class ReceiveView(LongPollAPIView):
     @extend_schema(
-        request=s.ReceiveInSerializer,
-        responses={200: s.ReceiveOutSerializer, **_errors(404, 413)},
+        request=ReceiveInSerializer,
+        responses={200: ReceiveOutSerializer, **error_responses(404, 413)},
         summary="Receive messages (SimpleConsumer); long-polls up to wait_ms",
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
-        data = validated(s.ReceiveInSerializer, request.data)
+        data = validated(ReceiveInSerializer, request.data)
         return LongPollResponse(
             LongPoll(
                 fetch=lambda: (
-                    s.ReceivedMessageSerializer(
+                    ReceivedMessageSerializer(
                         consumers.messages_receive(
                             consumer_group=group,
                             topic=data["topic"],

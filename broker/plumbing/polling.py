@@ -1,5 +1,5 @@
 """Long polling for receive and check-requests, without holding a database connection and,
-as ``halfmoon.serving`` serves them, without holding a thread (``broker.services.wakeups``).
+as ``halfmoon.serving`` serves them, without holding a thread (``broker.plumbing.wakeups``).
 
 A long poll reads the database, and while it finds nothing waits for a wake-up on its channel
 (published after a commit made something visible, or the re-check every ``HELD_RECHECK_S``,
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from broker.services.wakeups import SyncListener, WakeupHub
+from broker.plumbing.wakeups import SyncListener, WakeupHub
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from broker.api.serializers import (
+from broker.api.serializers.fields import (
     NameField,
     StrictBooleanField,
     StrictCharField,

@@ -3,7 +3,7 @@
 ``TransactionFilterForm`` reads the stuck list's filter from the URL (GET), so a view can be
 bookmarked and shared; the same parameters come back as hidden fields of the bulk-action form.
 ``filters_from_form`` turns a valid form into the keyword arguments of
-``broker.selectors_console.stuck_transactions`` (one definition of the filter for the list,
+``broker.selectors.transactions.stuck_transactions`` (one definition of the filter for the list,
 its live rows and bulk actions on a filter).
 
 URL parameter -> selector keyword argument:
@@ -16,7 +16,7 @@ URL parameter -> selector keyword argument:
 - ``q`` (exact msg id / transaction id, or one key) -> ``q``
 
 Paging parameters (not part of the filter): ``after`` / ``before`` (a cursor,
-``broker.selectors_console.Cursor``) and ``per_page`` (1..200, default 50).
+``broker.selectors.transactions.Cursor``) and ``per_page`` (1..200, default 50).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from django import forms
 
 from broker.rules.states import DiscardReason
-from broker.selectors_console import STUCK_STATES, Cursor
+from broker.selectors.transactions import STUCK_STATES, Cursor
 
 FILTER_PARAMS = ("state", "group", "topic", "min_age_s", "min_checks", "discard_reason", "q")
 """The URL parameters of the filter, in the order the form declares them."""
@@ -94,7 +94,7 @@ class TransactionFilterForm(forms.Form):
 
 
 def filters_from_form(form: TransactionFilterForm) -> dict[str, Any]:
-    """The keyword arguments of ``broker.selectors_console.stuck_transactions`` for a valid
+    """The keyword arguments of ``broker.selectors.transactions.stuck_transactions`` for a valid
     form (call ``form.is_valid()`` first): ``states``, ``producer_group``, ``topic``,
     ``min_age_ms``, ``min_check_times``, ``discard_reason``, ``q``. ``now`` is left to the
     caller."""

@@ -5,7 +5,7 @@ PostgreSQL refuses in text, a 500-character name) is an ordinary 404, never a da
 - ``name``: a topic or group name, the contract's ``^[%|a-zA-Z0-9_-]{1,127}$``
   (``broker.constants.NAME_PATTERN``, RocketMQ's Validators).
 - ``msgid``: a message id or transaction id (they are equal, RocketMQ's UNIQ_KEY), the format a
-  client-supplied ``msg_id`` must have (``broker.api.serializers.msg_id_validator``); the
+  client-supplied ``msg_id`` must have (``broker.constants.MSG_ID_PATTERN``); the
   broker's own ids (32 hex characters) are of that format too.
 - Numeric ids keep Django's ``int``: digits only, and a number past the column's range is a
   404 (Django answers an empty result, no query error).
@@ -24,8 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.resolvers import RoutePattern
 
-from broker.api.serializers import msg_id_validator
-from broker.constants import NAME_PATTERN
+from broker.constants import MSG_ID_PATTERN, NAME_PATTERN
 
 
 def _unanchored(pattern: re.Pattern[str]) -> str:
@@ -51,7 +50,7 @@ class NameConverter:
 class MsgIdConverter:
     """A message or transaction id (``^[A-Za-z0-9_.:-]{1,64}$``); the view gets the ``str``."""
 
-    regex = _unanchored(msg_id_validator.regex)
+    regex = _unanchored(MSG_ID_PATTERN)
 
     def to_python(self, value: str) -> str:
         return value
@@ -98,7 +97,7 @@ def typed_routes(
             if converter is None:
                 raise ImproperlyConfigured(
                     f"The route {route!r} has a parameter {parameter!r} of no known format: "
-                    "add it to broker.api.converters.PARAMETER_CONVERTERS."
+                    "add it to broker.converters.PARAMETER_CONVERTERS."
                 )
             return f"<{converter}:{parameter}>"
 

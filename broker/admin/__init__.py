@@ -1,0 +1,4 @@
+"""Django admin for every model: the broker's own (``core``) and Halfmoon's alerts (``alerts``),
+on the shared base classes of ``base``. Importing the package registers them all."""
+
+from broker.admin import alerts, core  # noqa: F401 - each registers its model admins
