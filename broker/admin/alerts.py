@@ -28,21 +28,12 @@ from broker.services.alerts.receivers import (
     receiver_update,
 )
 from broker.services.alerts.rules import (
+    CHANGEABLE,
     alert_kind_validate,
     alert_rule_create,
     alert_rule_delete,
     alert_rule_update,
     alert_rule_values_validate,
-)
-
-_RULE_VALUES = (
-    "group",
-    "threshold",
-    "window_s",
-    "severity",
-    "repeat_interval_s",
-    "enabled",
-    "description",
 )
 
 
@@ -52,7 +43,7 @@ class AlertRuleForm(forms.ModelForm):
 
     class Meta:
         model = models.AlertRule
-        fields = ["name", "kind", *_RULE_VALUES]
+        fields = ["name", "kind", *CHANGEABLE]
 
     def clean_name(self) -> str:
         return value_checked(self.cleaned_data["name"], lambda n: name_validate("alert rule", n))
@@ -60,7 +51,7 @@ class AlertRuleForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         kind = data.get("kind") or self.instance.kind
-        values = {k: data[k] for k in _RULE_VALUES if k in data}
+        values = {k: data[k] for k in CHANGEABLE if k in data}
         value_checked(kind, alert_kind_validate)
         value_checked(values, lambda v: alert_rule_values_validate(AlertKind(kind), v))
         return data
@@ -72,7 +63,7 @@ class AlertRuleAdmin(ServiceAdmin):
     alerts resolve at once)."""
 
     form = AlertRuleForm
-    fields = ["name", "kind", *_RULE_VALUES]
+    fields = ["name", "kind", *CHANGEABLE]
     change_readonly_fields = ("name", "kind", "created_timestamp", "updated_timestamp")
     list_display = ["name", "kind", "group", "threshold", "window_s", "severity", "enabled"]
     list_filter = ["kind", "severity", "enabled"]
@@ -86,7 +77,7 @@ class AlertRuleAdmin(ServiceAdmin):
     def save_model(
         self, request: HttpRequest, obj: models.AlertRule, form: forms.ModelForm, change: bool
     ) -> None:
-        values = {k: form.cleaned_data[k] for k in _RULE_VALUES}
+        values = {k: form.cleaned_data[k] for k in CHANGEABLE}
         if change:
             adopt_saved(obj, alert_rule_update(name=obj.name, **values))
         else:

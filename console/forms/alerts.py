@@ -11,7 +11,6 @@ from typing import Any
 
 from django import forms
 
-from broker.errors import HalfmoonError
 from broker.models import AlertReceiver
 from broker.rules.alerts import (
     KINDS,
@@ -27,7 +26,7 @@ from broker.services.audit import REASON_MAX_LENGTH
 from console.forms.base import ServiceErrorsForm
 
 # Service error codes whose field is not named in ``details.field``.
-_FIELD_OF_CODE = {
+ALERT_FIELD_OF_CODE = {
     "invalid_name": "name",
     "alert_rule_exists": "name",
     "alert_receiver_exists": "name",
@@ -42,9 +41,7 @@ class AlertServiceForm(ServiceErrorsForm):
     """A form that puts a service error on the field its ``details.field`` (or its code)
     names, else on the whole form."""
 
-    def service_error_add(self, error: HalfmoonError) -> None:
-        name = error.details.get("field") or _FIELD_OF_CODE.get(error.code)
-        self.add_error(name if name in self.fields else None, error.message)
+    field_of_code = ALERT_FIELD_OF_CODE
 
 
 def _kinds_help() -> str:

@@ -15,6 +15,25 @@ from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 from broker.services.admin import max_delivery_attempts_validate
 from console.forms.base import ServiceErrorsForm
 
+# Which field a service error code is about; other codes are errors of the whole form.
+TOPOLOGY_FIELD_OF_CODE = {
+    "invalid_name": "name",
+    "reserved_group": "name",
+    "system_topic": "name",
+    "topic_exists": "name",
+    "producer_group_exists": "name",
+    "consumer_group_exists": "name",
+    "invalid_queue_nums": "queue_nums",
+    "invalid_max_delivery_attempts": "max_delivery_attempts",
+    "check_url_not_allowed": "check_url",
+}
+
+
+class TopologyForm(ServiceErrorsForm):
+    """A topic or group form: service errors go to the fields ``TOPOLOGY_FIELD_OF_CODE`` names."""
+
+    field_of_code = TOPOLOGY_FIELD_OF_CODE
+
 
 def _name_field() -> forms.CharField:
     return forms.CharField(
@@ -52,34 +71,34 @@ def _attempts_field(*, required: bool) -> forms.IntegerField:
     )
 
 
-class TopicCreateForm(ServiceErrorsForm):
+class TopicCreateForm(TopologyForm):
     """A new topic: ``name`` and ``queue_nums`` (``broker.services.admin.topic_create``)."""
 
     name = _name_field()
     queue_nums = _queue_nums_field()
 
 
-class TopicEditForm(ServiceErrorsForm):
+class TopicEditForm(TopologyForm):
     """More queues for a topic (``topic_update``; queues are never removed)."""
 
     queue_nums = _queue_nums_field()
 
 
-class ProducerGroupCreateForm(ServiceErrorsForm):
+class ProducerGroupCreateForm(TopologyForm):
     """A new producer group: ``name`` and ``check_url`` (``producer_group_create``)."""
 
     name = _name_field()
     check_url = _check_url_field()
 
 
-class ProducerGroupEditForm(ServiceErrorsForm):
+class ProducerGroupEditForm(TopologyForm):
     """A producer group's ``check_url`` (``producer_group_update``; clears its
     unreachability)."""
 
     check_url = _check_url_field()
 
 
-class ConsumerGroupCreateForm(ServiceErrorsForm):
+class ConsumerGroupCreateForm(TopologyForm):
     """A new consumer group (``consumer_group_create``); empty attempts: the default
     (``HALFMOON_MAX_DELIVERY_ATTEMPTS``)."""
 
@@ -98,7 +117,7 @@ class ConsumerGroupCreateForm(ServiceErrorsForm):
         return attempts
 
 
-class ConsumerGroupEditForm(ServiceErrorsForm):
+class ConsumerGroupEditForm(TopologyForm):
     """A consumer group's ``max_delivery_attempts`` (``consumer_group_update``)."""
 
     max_delivery_attempts = _attempts_field(required=True)

@@ -29,7 +29,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from broker.api.exceptions import exception_handler
-from broker.api.permissions import require_any_producer, require_producer
+from broker.api.permissions import require_any_producer, require_producer, sender_group
 from broker.api.serializers.batch import (
     BatchInSerializer,
     MessageBatchInSerializer,
@@ -51,7 +51,6 @@ from broker.api.shapes import represented, validated
 from broker.api.views.base import error_responses
 from broker.conf import conf
 from broker.errors import HalfmoonError
-from broker.lookups import producer_group_require
 from broker.services import batch
 
 # --- OpenAPI shapes of the batch serializers ---------------------------------------------------
@@ -260,14 +259,7 @@ class MessageBatchView(APIView):
         require_any_producer(request)
 
         def check(data: dict[str, Any]) -> None:
-            # The sender group as POST /messages chooses it (views.MessageListCreateView).
-            group = data.pop("producer_group", "")
-            if group:
-                require_producer(request, group)
-                producer_group_require(group)
-            elif request.user.producer_groups:
-                group = min(request.user.producer_groups)
-            data["producer_group"] = group
+            data["producer_group"] = sender_group(request, data.pop("producer_group", ""))
 
         sends = _items_valid(
             _items(request, MessageBatchInSerializer), MessageSendInSerializer, check

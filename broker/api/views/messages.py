@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from broker.api.permissions import (
     require_any_producer,
     require_consumer,
-    require_producer,
+    sender_group,
 )
 from broker.api.serializers.messages import (
     AckInSerializer,
@@ -23,7 +23,6 @@ from broker.api.serializers.messages import (
 )
 from broker.api.shapes import represented, validated
 from broker.api.views.base import ERRORS, error_responses
-from broker.lookups import producer_group_require
 from broker.selectors.messages import message_get, messages_by_key
 from broker.services import consumers, messages
 
@@ -37,12 +36,7 @@ class MessageListCreateView(APIView):
     def post(self, request: Request) -> Response:
         require_any_producer(request)
         data = validated(MessageSendInSerializer, request.data)
-        group = data.pop("producer_group", "")
-        if group:
-            require_producer(request, group)
-            producer_group_require(group)
-        elif request.user.producer_groups:
-            group = min(request.user.producer_groups)
+        group = sender_group(request, data.pop("producer_group", ""))
         message = messages.message_send(**data, producer_group=group)
         return Response(represented(SendResultSerializer, message), status=status.HTTP_201_CREATED)
 
