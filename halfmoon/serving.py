@@ -52,7 +52,7 @@ from broker.plumbing.polling import (
     WAKEUP_HUB_ENVIRON_KEY,
     poll_continue,
 )
-from broker.plumbing.wakeups import WakeupHub, wakeup_hub
+from broker.plumbing.wakeup_listeners import WakeupHub, wakeup_hub
 from halfmoon.body_limit import declared_content_length
 from halfmoon.request_id import REQUEST_ID_HEADER
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from broker.plumbing.wakeups import SyncListener, WakeupHub
+from broker.plumbing.wakeup_listeners import SyncListener, WakeupHub
 
 T = TypeVar("T")
 

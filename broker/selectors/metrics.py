@@ -136,7 +136,6 @@ def events_aggregate(*, after_id: int, up_to_id: int | None = None) -> dict[Key,
 AGGREGATES = {RESOLUTIONS: resolutions_aggregate, EVENTS: events_aggregate}
 """Per rollup source, its journal's aggregate over an id range (the fold and the reads)."""
 
-
 READ_ATTEMPTS = 3
 """Lock-free reads of a rollup tried before one under the watermark row's lock."""
 

@@ -28,10 +28,7 @@ from broker.rules.stuck import stuck_reason
 from broker.selectors.queries import first_or_not_found
 
 STUCK_STATES: tuple[str, ...] = (TransactionState.PREPARED, TransactionState.DISCARDED)
-
-
 """The states the stuck list shows (and its ``states`` default)."""
-
 
 _CHECK_KINDS = (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UNDELIVERED)
 

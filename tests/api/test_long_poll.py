@@ -24,7 +24,12 @@ from django.db import connection, transaction
 from broker.models import Transaction
 from broker.plumbing import wakeups
 from broker.plumbing.polling import poll_until
-from broker.plumbing.wakeups import check_requests_channel, topic_channel
+from broker.plumbing.wakeups import (
+    _Publisher,
+    check_requests_channel,
+    topic_channel,
+    wakeup_publish,
+)
 from broker.services import checks
 from broker.services.admin import topic_create
 from broker.services.storage import message_visible_on_commit
@@ -255,11 +260,11 @@ def test_without_redis_a_waiting_receive_still_gets_the_commit_by_the_fallback_r
     with pytest.raises(redis.ConnectionError):
         dead.ping()  # nothing listens there
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    monkeypatch.setattr(wakeups, "_publisher", wakeups._Publisher())  # its client: the dead port
+    monkeypatch.setattr(wakeups, "_publisher", _Publisher())  # its client: the dead port
     poll = receive_waiting(consumer, wait_ms=10_000)
 
     assert end(owner, tx, "commit").status_code == 200
-    assert wakeups.wakeup_publish([topic_channel("TranTest")]) is False  # nothing was published
+    assert wakeup_publish([topic_channel("TranTest")]) is False  # nothing was published
 
     response = poll.outcome(timeout_s=15)
     [message] = response.json()["messages"]

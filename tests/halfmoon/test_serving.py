@@ -23,7 +23,8 @@ from broker.plumbing.polling import (
     WAKEUP_HUB_ENVIRON_KEY,
     PollContinuation,
 )
-from broker.plumbing.wakeups import topic_channel, wakeup_hub, wakeup_publish
+from broker.plumbing.wakeup_listeners import wakeup_hub
+from broker.plumbing.wakeups import topic_channel, wakeup_publish
 from halfmoon.serving import BufferedWSGI, PooledHTTP
 
 

@@ -31,7 +31,6 @@ name_validator = CompiledRegexValidator(
     code="invalid_name",  # %% : message % params
 )
 
-
 msg_id_validator = CompiledRegexValidator(
     MSG_ID_PATTERN, "1-64 characters of A-Z a-z 0-9 _ . : -", code="invalid_msg_id"
 )

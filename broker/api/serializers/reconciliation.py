@@ -11,9 +11,7 @@ from broker.rules.anomalies import AnomalyKind
 
 ANOMALY_PAGE_DEFAULT = 1000
 
-
 ANOMALY_PAGE_MAX = 10000
-
 
 # A larger OFFSET overflows the database's bigint; no run stores anywhere near this many.
 ANOMALY_OFFSET_MAX = 2**31 - 1

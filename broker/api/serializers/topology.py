@@ -32,8 +32,6 @@ class TopicInSerializer(NewNameInSerializer):
 
 
 RESERVED_GROUP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in RESERVED_GROUP_PREFIXES) + ")"
-
-
 """The group names ``broker.services.admin.group_name_validate`` refuses (reserved_group)."""
 
 

@@ -87,7 +87,6 @@ class TransactionListQuerySerializer(serializers.Serializer):
 
 TRANSACTION_PAGE_DEFAULT = 100
 
-
 TRANSACTION_PAGE_MAX = 1000
 
 

@@ -34,7 +34,6 @@ ERRORS = {
     503: _error("the database is unreachable; try again after Retry-After seconds"),
 }
 
-
 _EXTRA_ERRORS = {
     404: _error("unknown resource"),
     409: _error("conflict with the current state"),

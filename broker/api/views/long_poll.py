@@ -51,7 +51,8 @@ from broker.plumbing.polling import (
     poll_until,
     release_connection,
 )
-from broker.plumbing.wakeups import WakeupHub, check_requests_channel, topic_channel
+from broker.plumbing.wakeup_listeners import WakeupHub
+from broker.plumbing.wakeups import check_requests_channel, topic_channel
 from broker.selectors.topology import producer_group_get
 from broker.services import checks, consumers
 
