@@ -30,7 +30,7 @@ from broker.models import Resolution, now_ms
 from broker.rules.op_body import op_body_format, op_body_size
 from broker.services.storage import message_put, new_msg_id
 
-logger = logging.getLogger("halfmoon.ops")
+logger = logging.getLogger("halfmoon.op_messages")
 
 OP_FLUSH_LIMIT = 20_000  # resolutions per flush transaction: ~8 bytes each, ~40 Op messages
 OP_FLUSH_TASK = "tasks.op_messages.op_flush_queue"
