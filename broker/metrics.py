@@ -5,7 +5,7 @@ and restarts, with no multiprocess bookkeeping; what a scrape reads follows the 
 the history (``broker.services.metrics`` folds the journals into a rollup,
 ``broker.selectors.metrics`` reads it). Names and buckets follow RocketMQ 5.2's RIP-46.
 
-The alerting families (issue 11; the shipped Prometheus rules in ``deploy/prometheus/`` read
+The alerting families (the shipped Prometheus rules in ``deploy/prometheus/`` read
 them) are labelled by producer group, consumer group and topic, never by an id, and read the
 selectors of the console's overview and topology pages (the pending set, the groups, the
 consumer queues) and the rollup, so they cost what is pending, not the history. Times are

@@ -1,15 +1,15 @@
 """How the web process serves HTTP: every view through Django's WSGI handler on a small pool of
 threads, the long polls' waits in the event loop.
 
-Measured on these machines (``bench/throughput.py --serving-compare``, docs/operations.md
-"Serving: what was measured"), a request through Django's ASGI handler costs about twice the
-server CPU of the same request through its WSGI handler: under ASGI every sync view and sync
-middleware hook is a ``sync_to_async`` hop into a thread made for that request (36 calls and
-18 hand-offs for a receive), and as many requests as are in flight each hold a pooled database
-connection, contending for the same offset counters. WSGI servers are faster for the REST API,
-but the console's websockets and the long polls (``POST /consumer-groups/{name}/receive``,
-``GET /producer-groups/{name}/check-requests`` with ``wait_ms`` up to 30 s) need an event loop:
-under WSGI each waiting request would hold a whole worker.
+A request through Django's ASGI handler costs about twice the server CPU of the same request
+through its WSGI handler (figures in docs/operations.md, "Serving: what was measured"): under
+ASGI every sync view and sync middleware hook is a ``sync_to_async`` hop into a thread made for
+that request (36 calls and 18 hand-offs for a receive), and as many requests as are in flight
+each hold a pooled database connection, contending for the same offset counters. WSGI servers
+are faster for the REST API, but the console's websockets and the long polls
+(``POST /consumer-groups/{name}/receive``, ``GET /producer-groups/{name}/check-requests`` with
+``wait_ms`` up to 30 s) need an event loop: under WSGI each waiting request would hold a whole
+worker.
 
 So one ASGI server (uvicorn) serves everything behind one address, websockets through Channels
 and HTTP through ``PooledHTTP``: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per
@@ -151,8 +151,8 @@ class BufferedWSGI:
     ``threads`` threads, answering with the whole response at once.
 
     a2wsgi's ``WSGIMiddleware`` hands every body read and every response message across
-    threads (``run_coroutine_threadsafe``, five hops for a small JSON answer); measured under
-    load that was a fifth of a web worker's CPU. Here the WSGI environ is a2wsgi's
+    threads (``run_coroutine_threadsafe``, five hops for a small JSON answer), which
+    costs a large share of a web worker's CPU under load. Here the WSGI environ is a2wsgi's
     (``build_environ``, PEP 3333) with the body read before (``body_read``), the application runs to the end of
     its response in one thread, and one hop brings status, headers and body back. Every
     response of this project is small and none streams (static files are served before it), so

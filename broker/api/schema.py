@@ -1,6 +1,6 @@
 """OpenAPI schema corrections: where drf-spectacular's reading of a serializer says less, or
 other, than what the view enforces, these extensions make the document say exactly what the
-broker does (issue 9, "the schema is the truth"; tests/api/test_schema_truth.py).
+broker does (tests/api/test_schema_truth.py).
 
 Imported by ``broker.api.views`` so the extensions are registered before any schema is built.
 """

@@ -38,9 +38,9 @@ being sent go together (one Redis round trip and one consumer wake-up for a batc
 commits, not 64), so the feed keeps up with the broker's throughput."""
 LINGER_S = 0.05
 """How long the publisher gathers events after the first of a message (s), like a Kafka
-producer's ``linger.ms``: at 160 transactions/s a web process sent a channel-layer message per
-event or two, and the feed's thread took 12% of the process's CPU (``bench/throughput.py
---profile``); an operator does not see 50 ms on the console."""
+producer's ``linger.ms``: without it a busy web process sends a channel-layer message per
+event or two, and the feed's thread takes a large share of the process's CPU (figures in
+bench/README.md); an operator does not see 50 ms on the console."""
 
 
 class TransactionChange(TypedDict):

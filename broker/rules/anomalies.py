@@ -3,8 +3,9 @@ must have settled. The Spark job (``broker.pipeline.reconcile``), the one-proces
 (``bench/reconcile_baseline.py``), the API and the console read them from here.
 
 Sources: RocketMQ's transaction check (``TransactionalMessageCheckService``: transactionTimeOut,
-transactionCheckInterval, transactionCheckMax, fileReservedTime) and seed 002's reconciliation
-(the set of half msgIds against the set of ended ones, per time bucket).
+transactionCheckInterval, transactionCheckMax, fileReservedTime) and a hand-built
+reconciliation of half and ended msgIds (the set of half msgIds against the set of ended ones,
+per time bucket).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batched Op messages (RIP-50, seed 004; RocketMQ TransactionalMessageServiceImpl
+"""Batched Op messages (RocketMQ RIP-50; TransactionalMessageServiceImpl
 batchSendOpMessage / deletePrepareMessage).
 
 RocketMQ buffers Op entries in memory and loses them in a crash, then re-checks and may
