@@ -15,8 +15,8 @@ So one ASGI server (uvicorn) serves everything behind one address, websockets th
 and HTTP through ``PooledHTTP``: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per
 process (default 4), reused from request to request (``BufferedWSGI``). A request runs in one
 thread from its first middleware to its response, as under a WSGI server, and at most that
-many requests per process hold a database connection at once. A long poll (``broker.api.
-views_poll``) makes its first read there too; when it finds nothing, the thread goes back to
+many requests per process hold a database connection at once. A long poll (``broker.api.views.
+long_poll``) makes its first read there too; when it finds nothing, the thread goes back to
 other requests and the wait is an ``await`` on the process's ``WakeupHub``
 (``broker.plumbing.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
 
