@@ -11,6 +11,12 @@ import enum
 from typing import Any
 
 
+def default_label(name: str) -> str:
+    """A member's label when none is given: its name with underscores as spaces, title-cased
+    (Django's ``ChoicesType``), e.g. ``ROLLED_BACK`` -> ``Rolled Back``."""
+    return name.replace("_", " ").title()
+
+
 class _ChoicesType(enum.EnumType):
     """Adds the class-level ``choices``, ``values`` and ``labels`` of Django's ``ChoicesType``."""
 
@@ -42,7 +48,7 @@ class TextChoices(enum.StrEnum, metaclass=_ChoicesType):
     @property
     def label(self) -> str:
         """The member's human-readable label."""
-        return self._label or self.name.replace("_", " ").title()  # type: ignore[attr-defined]
+        return self._label or default_label(self.name)  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"{self.__class__.__qualname__}.{self._name_}"
