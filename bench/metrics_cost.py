@@ -14,7 +14,7 @@ For each history size the bench:
 2. in a Django process of its own (``--rounds`` times, alternating between the sizes so both
    see the same machine), scrapes ``/metrics`` once untimed (the first scrape folds
    the whole history into the rollup), then ``--scrapes`` timed scrapes (a call of the view
-   that serves ``/metrics``, ``broker.api.ops.metrics``, with its SQL), each after ``--new`` new transactions were resolved (as SQL, untimed: a
+   that serves ``/metrics``, ``broker.api.health.metrics``, with its SQL), each after ``--new`` new transactions were resolved (as SQL, untimed: a
    ``Transaction`` row, its ``Resolution`` and a check event each), so every timed scrape
    folds what a busy broker resolved since the previous one. It also times the same scrape
    with nothing new, and the three ``GROUP BY`` statements the collector ran before the
@@ -152,7 +152,7 @@ def child(scrapes: int, new: int) -> None:
     from django.test import RequestFactory
     from django.test.utils import CaptureQueriesContext
 
-    from broker.api.ops import metrics
+    from broker.api.health import metrics
 
     request = RequestFactory().get("/metrics")
 

@@ -232,8 +232,8 @@ def analyse(pg: Pg, worker_log: Path) -> tuple[int, int, bool]:
         f"max {max(waits, default=0)} ms"
     )
     tasks = flush_tasks(worker_log)
-    by_beat = tasks.get("tasks.ops.op_flush_all", (0, 0))
-    by_size = tasks.get("tasks.ops.op_flush_queue", (0, 0))
+    by_beat = tasks.get("tasks.op_messages.op_flush_all", (0, 0))
+    by_size = tasks.get("tasks.op_messages.op_flush_queue", (0, 0))
     scans = tasks.get("tasks.checks.check_half_queue", (0, 0))[0]
     print(
         f"Op messages by writer (Celery worker log): beat's op_flush_all {by_beat[1]} in "

@@ -1,5 +1,5 @@
 """Visibility latency: how soon a long-polling consumer receives a committed transactional message
-(wake-ups on commit, broker/services/wakeups.py), and what hundreds of waiting receives cost.
+(wake-ups on commit, broker/plumbing/wakeups.py), and what hundreds of waiting receives cost.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/halfmoon_visibility_bench \\
         .venv/bin/python bench/visibility.py [--commits 2000] [--waiters 500]

@@ -65,6 +65,9 @@ SYS_FLAG_TRANSACTION_ROLLBACK_TYPE = 0xC
 # Topic and group names (Validators.VALID_PATTERN_STR, CHARACTER_MAX_LENGTH 127).
 NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
+# Message and transaction ids: a producer's own, or the broker's 32 hex digits.
+MSG_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
 # SimpleConsumer bounds (RocketMQ 5 proxy ProxyConfig / receive validation).
 RECEIVE_MAX_MESSAGES = (1, 32)
 RECEIVE_INVISIBLE_DURATION_MS = (10_000, 43_200_000)

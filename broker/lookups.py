@@ -59,9 +59,9 @@ class _LookupCache:
     by the process's threads. The cached rows are shared too, not copies: nothing changes a
     looked-up row in place (a change is saved from a row read anew, and forgets the entry).
 
-    Not Django's local-memory cache: it pickled every value in and out and checked every key
-    character by character, which cost more than the lookup saved (a tenth of a batch of half
-    messages' handling, ``bench/throughput.py --profile``). A new ``HALFMOON_LOOKUP_CACHE_MS``
+    Not Django's local-memory cache: it pickles every value in and out and checks every key
+    character by character, which costs more than the lookup saves (figures in
+    bench/README.md). A new ``HALFMOON_LOOKUP_CACHE_MS``
     (a test's setting) starts an empty cache; 0 caches nothing."""
 
     def __init__(self) -> None:

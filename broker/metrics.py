@@ -3,9 +3,9 @@
 Counting from the database keeps the figures exact across the web workers, the Celery workers
 and restarts, with no multiprocess bookkeeping; what a scrape reads follows the present, not
 the history (``broker.services.metrics`` folds the journals into a rollup,
-``broker.selectors_metrics`` reads it). Names and buckets follow RocketMQ 5.2's RIP-46.
+``broker.selectors.metrics`` reads it). Names and buckets follow RocketMQ 5.2's RIP-46.
 
-The alerting families (issue 11; the shipped Prometheus rules in ``deploy/prometheus/`` read
+The alerting families (the shipped Prometheus rules in ``deploy/prometheus/`` read
 them) are labelled by producer group, consumer group and topic, never by an id, and read the
 selectors of the console's overview and topology pages (the pending set, the groups, the
 consumer queues) and the rollup, so they cost what is pending, not the history. Times are
@@ -24,19 +24,19 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
 from broker.models import now_ms
-from broker.selectors_metrics import (
+from broker.selectors.metrics import (
     EventCounts,
     event_counts,
     half_messages_by_topic,
     resolution_counts,
 )
-from broker.selectors_overview import (
+from broker.selectors.overview import (
     GroupReachability,
     oldest_pending_per_group,
     pending_check_times_by_group,
     producer_group_reachability,
 )
-from broker.selectors_topology import consumer_group_rows
+from broker.selectors.topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 
 

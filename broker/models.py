@@ -250,7 +250,7 @@ class Transaction(models.Model):
             models.Index(fields=["producer_group", "state"], name="transaction_group_state"),
             models.Index(fields=["topic", "state"], name="transaction_topic_state"),
             models.Index(fields=["state", "born_timestamp"], name="transaction_state_born"),
-            # The console's overview (broker.selectors_overview) reads the last hour's ends.
+            # The console's overview (broker.selectors.overview) reads the last hour's ends.
             models.Index(fields=["resolved_timestamp"], name="transaction_resolved_time"),
         ]
 
@@ -291,7 +291,7 @@ class Resolution(models.Model):
         indexes = [
             # The archive export (broker.services.archive) reads closed time segments.
             models.Index(fields=["resolved_timestamp"], name="resolution_time"),
-            # The Op flusher (broker.services.ops.op_flush) and the scan checkpoint read these.
+            # The Op flusher (broker.services.op_messages.op_flush) and the scan checkpoint read these.
             models.Index(
                 fields=["half_queue_id", "half_queue_offset"],
                 condition=Q(op_commit_log_offset__isnull=True),
@@ -345,7 +345,7 @@ class TransactionEvent(models.Model):
         indexes = [
             models.Index(fields=["transaction_id", "timestamp"], name="event_transaction_time"),
             models.Index(fields=["kind", "outcome"], name="event_kind_outcome"),
-            # The console's overview (broker.selectors_overview) reads the last hour's discards.
+            # The console's overview (broker.selectors.overview) reads the last hour's discards.
             models.Index(fields=["kind", "timestamp"], name="event_kind_time"),
             # The archive export (broker.services.archive) reads closed time segments.
             models.Index(fields=["timestamp"], name="event_time"),
@@ -551,7 +551,7 @@ class AuditEntry(models.Model):
         ordering = ["-id"]
         verbose_name_plural = "audit entries"
         indexes = [
-            # The audit page (broker.selectors_audit) filters these, newest first.
+            # The audit page (broker.selectors.audit) filters these, newest first.
             models.Index(fields=["actor", "-id"], name="audit_actor"),
             models.Index(fields=["action", "-id"], name="audit_action"),
             models.Index(fields=["timestamp"], name="audit_timestamp"),

@@ -7,7 +7,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from broker.events import (
+from broker.plumbing.events import (
     BULK_ACTIONS_GROUP,
     TRANSACTIONS_GROUP,
     BulkActionProgress,
@@ -59,7 +59,7 @@ class TransactionFeedConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(_relayed("transaction", event))
 
     async def transaction_events(self, message: dict[str, Any]) -> None:
-        """Several transaction events published together (``broker.events``): each relayed
+        """Several transaction events published together (``broker.plumbing.events``): each relayed
         as its own websocket message, in order."""
         for event in message["events"]:
             await self.transaction_event(event)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.http import HttpRequest
 
 from broker.models import now_ms
-from broker.selectors_alerts import Banner, banner
+from broker.selectors.alerts import Banner, banner
 from console.roles import VIEW
 
 
 def alerts_banner(request: HttpRequest) -> dict[str, Banner]:
-    """Template context processor: ``alerts_banner`` (``broker.selectors_alerts.banner``: the
+    """Template context processor: ``alerts_banner`` (``broker.selectors.alerts.banner``: the
     firing alerts not silenced, how many are silenced, the notifications that failed) for a
     signed-in user with the console's view permission; nothing for anyone else. The base
     template shows it on every page while anything fires."""

@@ -1,11 +1,11 @@
 """The console's URLs under ``/console/`` (namespace ``console``); each area's routes live in
-its view module. Their path parameters are typed here (``broker.api.converters.typed_routes``:
+its view module. Their path parameters are typed here (``broker.converters.typed_routes``:
 names, transaction ids, action slugs), so a value that cannot name anything is the console's
 404 page before any view or query runs."""
 
 from __future__ import annotations
 
-from broker.api.converters import typed_routes
+from broker.converters import typed_routes
 from console.views import (
     actions,
     alerts,

@@ -1,4 +1,4 @@
-"""Request bodies bounded while they stream, and chunked bodies read (issue 9, part 2).
+"""Request bodies bounded while they stream, and chunked bodies read.
 
 - ``BodyLimitMiddleware``: an ASGI middleware in front of the HTTP application that refuses a
   request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413 ``request_too_large`` (the code the

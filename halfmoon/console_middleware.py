@@ -4,10 +4,9 @@ api-v1 (``/api/v1/...``) authenticates every request by its access key
 (``broker.api.authentication``) and keeps no session: it reads no session, no signed-in user,
 no flash message and no CSRF cookie, and every one of its views is CSRF-exempt (DRF's
 ``APIView``). Django's session, CSRF, authentication and messages middleware serve the console
-and ``/admin/`` only, yet on every API request each did its work and handed it back unused
-(a ``SessionStore``, the lazy user, the messages' storage, the CSRF cookie's checks): about 6%
-of a web process's CPU under ``bench/throughput.py``'s per-request load (docs/design.md
-"Serving the API").
+and ``/admin/`` only, yet on every API request each would do its work and hand it back
+unused (a ``SessionStore``, the lazy user, the messages' storage, the CSRF cookie's checks),
+a cost paid per message sent (docs/design.md "Serving the API").
 
 Each class here is Django's own middleware, unchanged for every other path, that hands an
 api-v1 request straight to the next layer. They stay subclasses of Django's, so the admin's

@@ -2,7 +2,7 @@
 
 PostgreSQL's text and jsonb types cannot hold NUL (U+0000): a value carrying one reaches the
 database only to fail there (``DataError``, a 500). The API's and the console's path
-parameters have formats of their own (``broker.api.converters``); this guard covers every
+parameters have formats of their own (``broker.converters``); this guard covers every
 other route (``/admin/``, ``/metrics``) and every query parameter, API or not:
 
 - NUL in the path: 404, since nothing can be named so (the console's HTML page under
@@ -26,7 +26,7 @@ class NulGuardMiddleware:
     """Django middleware; raises ``Http404`` (NUL in ``request.path``) or ``BadRequest`` (NUL
     in a query parameter), which Django answers through ``halfmoon.errors``."""
 
-    # Both modes, so under ASGI an async view (the long polls, ``broker.api.views_poll``) is
+    # Both modes, so under ASGI an async view (the long polls, ``broker.api.views.long_poll``) is
     # not run through a thread held for the whole request.
     sync_capable = True
     async_capable = True

@@ -1,24 +1,24 @@
 """How the web process serves HTTP: every view through Django's WSGI handler on a small pool of
 threads, the long polls' waits in the event loop.
 
-Measured on these machines (``bench/throughput.py --serving-compare``, docs/operations.md
-"Serving: what was measured"), a request through Django's ASGI handler costs about twice the
-server CPU of the same request through its WSGI handler: under ASGI every sync view and sync
-middleware hook is a ``sync_to_async`` hop into a thread made for that request (36 calls and
-18 hand-offs for a receive), and as many requests as are in flight each hold a pooled database
-connection, contending for the same offset counters. WSGI servers are faster for the REST API,
-but the console's websockets and the long polls (``POST /consumer-groups/{name}/receive``,
-``GET /producer-groups/{name}/check-requests`` with ``wait_ms`` up to 30 s) need an event loop:
-under WSGI each waiting request would hold a whole worker.
+A request through Django's ASGI handler costs about twice the server CPU of the same request
+through its WSGI handler (figures in docs/operations.md, "Serving: what was measured"): under
+ASGI every sync view and sync middleware hook is a ``sync_to_async`` hop into a thread made for
+that request (36 calls and 18 hand-offs for a receive), and as many requests as are in flight
+each hold a pooled database connection, contending for the same offset counters. WSGI servers
+are faster for the REST API, but the console's websockets and the long polls
+(``POST /consumer-groups/{name}/receive``, ``GET /producer-groups/{name}/check-requests`` with
+``wait_ms`` up to 30 s) need an event loop: under WSGI each waiting request would hold a whole
+worker.
 
 So one ASGI server (uvicorn) serves everything behind one address, websockets through Channels
 and HTTP through ``PooledHTTP``: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per
 process (default 4), reused from request to request (``BufferedWSGI``). A request runs in one
 thread from its first middleware to its response, as under a WSGI server, and at most that
-many requests per process hold a database connection at once. A long poll (``broker.api.
-views_poll``) makes its first read there too; when it finds nothing, the thread goes back to
+many requests per process hold a database connection at once. A long poll (``broker.api.views.
+long_poll``) makes its first read there too; when it finds nothing, the thread goes back to
 other requests and the wait is an ``await`` on the process's ``WakeupHub``
-(``broker.services.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
+(``broker.plumbing.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
 
 Before the handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
 bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the
@@ -46,13 +46,13 @@ from django.conf import settings
 from django.core.handlers.wsgi import WSGIHandler
 from django.http import HttpResponseBase
 
-from broker.services.polling import (
+from broker.plumbing.polling import (
     ARRIVED_ENVIRON_KEY,
     CONTINUATION_ENVIRON_KEY,
     WAKEUP_HUB_ENVIRON_KEY,
     poll_continue,
 )
-from broker.services.wakeups import WakeupHub, wakeup_hub
+from broker.plumbing.wakeup_listeners import WakeupHub, wakeup_hub
 from halfmoon.body_limit import declared_content_length
 from halfmoon.request_id import REQUEST_ID_HEADER
 
@@ -151,8 +151,8 @@ class BufferedWSGI:
     ``threads`` threads, answering with the whole response at once.
 
     a2wsgi's ``WSGIMiddleware`` hands every body read and every response message across
-    threads (``run_coroutine_threadsafe``, five hops for a small JSON answer); measured under
-    load that was a fifth of a web worker's CPU. Here the WSGI environ is a2wsgi's
+    threads (``run_coroutine_threadsafe``, five hops for a small JSON answer), which
+    costs a large share of a web worker's CPU under load. Here the WSGI environ is a2wsgi's
     (``build_environ``, PEP 3333) with the body read before (``body_read``), the application runs to the end of
     its response in one thread, and one hop brings status, headers and body back. Every
     response of this project is small and none streams (static files are served before it), so
@@ -182,7 +182,7 @@ class BufferedWSGI:
         its answer goes out in two messages.
 
         ``arrived`` (``time.monotonic()`` seconds) and ``hub`` (the event loop's
-        ``WakeupHub``) go into the environ (``broker.services.polling``'s keys): a long poll
+        ``WakeupHub``) go into the environ (``broker.plumbing.polling``'s keys): a long poll
         whose first read found nothing hands back a ``PollContinuation``, and its wait is
         done here in the event loop (``poll_continue``), each further read one hop to a pool
         thread, until it answers, its deadline passes or the client disconnects (read from

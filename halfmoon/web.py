@@ -9,9 +9,9 @@ the sockets by their addresses and ports.
 
 Why not ``uvicorn --workers N``: its workers accept from one shared socket, and asyncio accepts
 every connection waiting at once, so the worker that wakes first takes a burst of connections
-and keeps them for as long as the clients keep them alive. Measured with 32 producers keeping
-their connections, the split was 70/30 and throughput a third lower than with a socket per
-process (docs/operations.md, "Serving: what was measured"). A process that dies (and is
+and keeps them for as long as the clients keep them alive. With producers keeping their
+connections, the load splits unevenly and throughput is lower than with a socket per process
+(figures in docs/operations.md, "Serving: what was measured"). A process that dies (and is
 restarted by its supervisor alone) loses only its own connections; the others go on serving.
 """
 

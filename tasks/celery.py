@@ -12,7 +12,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
 
 app = Celery(
     "halfmoon",
-    include=["tasks.checks", "tasks.ops", "tasks.console", "tasks.pipeline", "tasks.alerts"],
+    include=[
+        "tasks.checks",
+        "tasks.op_messages",
+        "tasks.console",
+        "tasks.pipeline",
+        "tasks.alerts",
+    ],
 )
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
@@ -51,7 +57,7 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
             "options": {"expires": every_s},
         },
         "halfmoon-op-flush": {
-            "task": "tasks.ops.op_flush_all",
+            "task": "tasks.op_messages.op_flush_all",
             "schedule": op_every_s,
             "options": {"expires": op_every_s},
         },

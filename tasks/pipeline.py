@@ -9,7 +9,7 @@ from celery import shared_task
 @shared_task(name="tasks.pipeline.archive_export", ignore_result=True)
 def archive_export() -> int:
     """Archive every closed segment of the logs, then prune (``broker.services.archive``)."""
-    from broker.services.archive import archive_export_due
+    from broker.services.archive.export import archive_export_due
 
     return archive_export_due()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
 
 from broker.models import ConsumerGroup, ProducerGroup, Topic
@@ -46,7 +47,9 @@ def spark():
     halfmoon.settings_test), started on first use (~6 s) and stopped at the end."""
     from broker.pipeline.spark import spark_session, spark_stop
 
-    session = spark_session()
+    session = spark_session(
+        master=settings.HALFMOON_SPARK_MASTER, driver_memory=settings.HALFMOON_SPARK_DRIVER_MEMORY
+    )
     yield session
     spark_stop()
 

@@ -2,9 +2,9 @@
 
 Every api-v1 answer is JSON (``JSONRenderer``, the only renderer). A client that sends no
 ``Accept`` header, ``*/*`` or ``application/json`` (wrk, httpx, our Python client) gets
-``application/json`` from DRF's ``DefaultContentNegotiation`` after it parses the header into
-media types, orders them by precedence and matches each against the renderers: about 3% of a
-web process's CPU under ``bench/throughput.py``'s per-request load. Those three headers are
+``application/json`` from DRF's ``DefaultContentNegotiation`` only after it parses the header
+into media types, orders them by precedence and matches each against the renderers, on every
+request (figures in bench/README.md). Those three headers are
 answered here without the parsing; every other header, and a ``?format=`` override, go through
 DRF's negotiation unchanged (a 406 ``not_acceptable`` for a type the API cannot render).
 """

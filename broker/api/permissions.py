@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rest_framework.permissions import BasePermission
 
 from broker.errors import Forbidden
+from broker.lookups import producer_group_require
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through its settings
     from rest_framework.request import Request
@@ -52,3 +53,20 @@ def require_any_producer(request: Request) -> None:
     """Raises Forbidden unless the key is an admin or has at least one producer group."""
     if not (request.user.is_admin or request.user.producer_groups):
         raise Forbidden("This operation needs an admin key or a key with a producer group.")
+
+
+def sender_group(request: Request, group: str) -> str:
+    """The producer group a normal message is sent as (``POST /messages`` and each item of
+    ``POST /messages/batch``): ``group`` when the request names one (the key must act for it,
+    and it must exist), else the key's first producer group by name, else ``""`` (an admin key
+    that names none: the message has no sender group, as a RocketMQ send without a group).
+
+    Raises:
+        Forbidden: the key may not act for ``group``.
+        NotFound: ``producer_group_not_found``, no producer group ``group``.
+    """
+    if group:
+        require_producer(request, group)
+        producer_group_require(group)
+        return group
+    return min(request.user.producer_groups) if request.user.producer_groups else ""

@@ -1,6 +1,6 @@
 """OpenAPI schema corrections: where drf-spectacular's reading of a serializer says less, or
 other, than what the view enforces, these extensions make the document say exactly what the
-broker does (issue 9, "the schema is the truth"; tests/api/test_schema_truth.py).
+broker does (tests/api/test_schema_truth.py).
 
 Imported by ``broker.api.views`` so the extensions are registered before any schema is built.
 """
@@ -36,7 +36,7 @@ class MessageInSchema(OpenApiSerializerExtension):
     none of ``RESERVED_PROPERTIES`` (``validate_message``), and a half message's
     ``check_immunity_seconds`` within 0..``MAX_CHECK_IMMUNITY_SECONDS`` (the service's 400)."""
 
-    target_class = "broker.api.serializers.MessageInSerializer"
+    target_class = "broker.api.serializers.messages.MessageInSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
@@ -66,7 +66,7 @@ class NewNameSchema(OpenApiSerializerExtension):
     for itself is refused (400 ``system_topic``, ``broker.rules.topics.is_system_topic``; 400
     ``reserved_group``, ``RESERVED_GROUP_PREFIXES``), so the document says ``not`` those."""
 
-    target_class = "broker.api.serializers.NewNameInSerializer"
+    target_class = "broker.api.serializers.topology.NewNameInSerializer"
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class WholeBodyPatchSchema(OpenApiSerializerExtension):
     required; null means "poll for checks"), so the schema must not be drf-spectacular's
     partial "Patched" form, in which every field is optional."""
 
-    target_class = "broker.api.serializers.ProducerGroupPatchSerializer"
+    target_class = "broker.api.serializers.topology.ProducerGroupPatchSerializer"
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         """The serializer's schema as if it were not partial: its required fields stay."""
@@ -97,7 +97,7 @@ class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
     """``StrictCharField`` (every string of a request): a string without NUL, unless the
     field's own pattern (a name's, a msg_id's, which exclude NUL) says more."""
 
-    target_class = "broker.api.serializers.StrictCharField"
+    target_class = "broker.api.serializers.fields.StrictCharField"
     match_subclasses = True
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """One serializer instance per class for the API's inputs and outputs.
 
 DRF builds a serializer's fields for every new instance (a deep copy of each declared field),
-which cost more than the validation itself on the busiest endpoints (a send, an end, each item
+which costs more than the validation itself on the busiest endpoints (a send, an end, each item
 of a batch). Validation and representation use no per-instance state, so each process keeps one
 instance per serializer class and validates or represents with it, in whatever thread.
 """

@@ -1,4 +1,4 @@
-"""Issue 11, alerts: the alert rules, receivers, silences, alerts and notifications
+"""Alerts: the alert rules, receivers, silences, alerts and notifications
 (``broker.services.alerts``); a producer group's ``unanswered_since`` (the ``group_unreachable``
 rule, ``broker.rules.checks.group_down_since``); the event rollup keyed by producer group with
 the latest event's time (``halfmoon_producer_group_checks_total`` and the last answered check),

@@ -9,6 +9,6 @@ the database, storing a run's summary) lives in ``broker.services.archive`` and
 
 DRIVER_MEMORY_DEFAULT = "4g"
 """The Spark driver JVM's heap (``HALFMOON_SPARK_DRIVER_MEMORY``'s default). On ``local[*]`` the
-driver is also the executor: with 2 GB, Spark's execution memory (60% of the heap past 300 MB,
-shared by the running tasks) was too small for the reconciliation's aggregation at 10M
-transactions, which spilled 1.8 GB to disk (docs/reconciliation.md, "What it costs")."""
+driver is also the executor, and Spark's execution memory (60% of the heap past 300 MB, shared
+by the running tasks) must hold the reconciliation's aggregation at 10M transactions without
+spilling to disk (figures in docs/reconciliation.md, "What it costs")."""

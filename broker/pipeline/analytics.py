@@ -1,4 +1,4 @@
-"""The reconciliation's analytics (issue 8, part 3): per producer group, topic (the half
+"""The reconciliation's analytics: per producer group, topic (the half
 message's REAL_TOPIC) and hour of half message time, counts by final state, resolution latency
 percentiles, the check-count histogram, the discard rate and how long the producer group was
 unreachable for back-checks. Computed by ``broker.pipeline.reconcile`` from its facts, written

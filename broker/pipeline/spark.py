@@ -22,11 +22,10 @@ from broker.pipeline import DRIVER_MEMORY_DEFAULT
 
 _lock = threading.Lock()
 
-# The reconciliation's whole-stage generated methods (``broker.pipeline.reconcile._derive``)
-# pass HotSpot's 8,000-byte limit for JIT compilation and ran interpreted: compiled anyway, and
-# with ParallelGC (the throughput collector, for batch work), bench/reconcile.py's 10M
-# transactions took 167 s instead of 182 s on local[2]. (The facts' own stage now runs without
-# whole-stage codegen: see spark.sql.codegen.hugeMethodLimit below.)
+# The reconciliation's whole-stage generated methods (``broker.pipeline.reconcile.facts``)
+# pass HotSpot's 8,000-byte limit for JIT compilation and would run interpreted: they are
+# compiled anyway, with ParallelGC (the throughput collector, for batch work). (The facts' own
+# stage runs without whole-stage codegen: see spark.sql.codegen.hugeMethodLimit below.)
 _JVM_OPTIONS = "-Dlog4j2.level=WARN -XX:-DontCompileHugeMethods -XX:+UseParallelGC"
 # Small shuffles: the broker's segments and test archives are small; the reconciliation raises
 # it for its own joins (``broker.pipeline.reconcile``) through adaptive execution.
@@ -41,10 +40,9 @@ _DEFAULT_CONF = {
     "spark.sql.parquet.compression.codec": "snappy",
     # Spark's advice for HotSpot: a stage whose generated method passes 8,000 bytes runs
     # without whole-stage codegen (its expressions still generated, in small methods). The
-    # facts' derivation (a 12-15 KB method) otherwise fell to the interpreter when C1 gave up
-    # on it ("out of virtual registers") and C2 ran out of nodes or deoptimized it: the same
-    # 10M run took 103-167 s for the facts depending on what the JIT did, 110-120 s
-    # with this (docs/reconciliation.md, "What it costs").
+    # facts' derivation (a 12-15 KB method) otherwise falls to the interpreter when C1 gives
+    # up on it ("out of virtual registers") and C2 runs out of nodes or deoptimizes it, and its
+    # time then depends on what the JIT did (figures in docs/reconciliation.md, "What it costs").
     "spark.sql.codegen.hugeMethodLimit": "8000",
     # A rename is the commit of a segment: Spark's own _SUCCESS, no summary files.
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "true",
@@ -55,13 +53,19 @@ _DEFAULT_CONF = {
 
 
 def spark_session(
-    *, master: str | None = None, app_name: str = "halfmoon", conf: dict[str, str] | None = None
+    *,
+    master: str,
+    driver_memory: str | None = None,
+    app_name: str = "halfmoon",
+    conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """The process's Spark session, started on first use (a JVM through py4j; 5-15 s).
 
     Args:
-        master: a Spark master URL; default ``settings.HALFMOON_SPARK_MASTER``. A session
+        master: a Spark master URL (the broker's: ``settings.HALFMOON_SPARK_MASTER``). A session
             already running on another master is stopped and started again on this one.
+        driver_memory: the driver JVM's heap (``"4g"``); default the environment's
+            ``HALFMOON_SPARK_DRIVER_MEMORY``, else ``DRIVER_MEMORY_DEFAULT``.
         app_name: shown by a cluster's master.
         conf: extra Spark settings (``{"spark.sql.shuffle.partitions": "64"}``).
 
@@ -71,12 +75,7 @@ def spark_session(
     Raises:
         RuntimeError: Java is missing or too old (Spark 4 needs Java 17+): the JVM did not start.
     """
-    if master is None:
-        from django.conf import settings
-
-        master = settings.HALFMOON_SPARK_MASTER
-        driver_memory = settings.HALFMOON_SPARK_DRIVER_MEMORY
-    else:
+    if driver_memory is None:
         driver_memory = os.environ.get("HALFMOON_SPARK_DRIVER_MEMORY", DRIVER_MEMORY_DEFAULT)
     with _lock:
         active = SparkSession.getActiveSession()

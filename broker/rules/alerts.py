@@ -4,8 +4,8 @@ plain values out (times in ms since the epoch, spans in ms unless the name says 
 database, no settings.
 
 The figures come from the selectors the console's overview and ``/metrics`` read
-(``broker.selectors_overview``: the pending set, the producer groups' reachability, the last
-hour's discards; ``broker.selectors_topology``: the consumer groups' dead letters), so an
+(``broker.selectors.overview``: the pending set, the producer groups' reachability, the last
+hour's discards; ``broker.selectors.topology``: the consumer groups' dead letters), so an
 alert, a Prometheus rule over ``/metrics`` and the console agree on what they see. The
 thresholds of the kinds (``KINDS``):
 
@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from django.db import models
-
+from broker.rules.choices import TextChoices
 from broker.rules.durations import duration_text
 
 RUNBOOK = "docs/alerts.md"
@@ -38,7 +37,7 @@ RUNBOOK = "docs/alerts.md"
 (the shipped Prometheus rules link into the same file)."""
 
 
-class AlertKind(models.TextChoices):
+class AlertKind(TextChoices):
     """What an alert rule watches (``AlertRule.kind``)."""
 
     OLDEST_PENDING = "oldest_pending"
@@ -48,14 +47,14 @@ class AlertKind(models.TextChoices):
     DLQ_GROWING = "dlq_growing"
 
 
-class AlertSeverity(models.TextChoices):
+class AlertSeverity(TextChoices):
     """How urgent an alert is (the ``severity`` label, as in the Prometheus rules)."""
 
     WARNING = "warning"
     CRITICAL = "critical"
 
 
-class Subject(models.TextChoices):
+class Subject(TextChoices):
     """What an alert is about: the label naming its group."""
 
     PRODUCER_GROUP = "producer_group"
@@ -246,7 +245,7 @@ def dlq_growing_finding(
     )
 
 
-class NotificationEvent(models.TextChoices):
+class NotificationEvent(TextChoices):
     """Why a notification is sent: an alert started firing (or its silence ended with it
     still firing and never notified), a reminder while it fires, or it resolved."""
 

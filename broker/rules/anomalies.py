@@ -3,22 +3,23 @@ must have settled. The Spark job (``broker.pipeline.reconcile``), the one-proces
 (``bench/reconcile_baseline.py``), the API and the console read them from here.
 
 Sources: RocketMQ's transaction check (``TransactionalMessageCheckService``: transactionTimeOut,
-transactionCheckInterval, transactionCheckMax, fileReservedTime) and seed 002's reconciliation
-(the set of half msgIds against the set of ended ones, per time bucket).
+transactionCheckInterval, transactionCheckMax, fileReservedTime) and a hand-built
+reconciliation of half and ended msgIds (the set of half msgIds against the set of ended ones,
+per time bucket).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import models
+from broker.rules.choices import TextChoices
 
 # Seed 002's set difference is taken per producer group and 10-minute bucket of half time.
 BUCKET_MS = 10 * 60 * 1000
 HOUR_MS = 60 * 60 * 1000
 
 
-class AnomalyKind(models.TextChoices):
+class AnomalyKind(TextChoices):
     """What the reconciliation can find; each anomaly names its transaction (or msg_id)."""
 
     HANGING = "hanging", "PREPARED past the check max or the reserved time without a discard"

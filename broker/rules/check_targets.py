@@ -2,7 +2,7 @@
 
 A producer group's ``check_url`` makes the broker send signed POSTs to an address of the
 operator's choosing, so it is a request-forgery vector (cloud metadata at 169.254.169.254,
-Redis or PostgreSQL on a loopback port, the broker itself). The rule (issue 9, api-v1
+Redis or PostgreSQL on a loopback port, the broker itself). The rule (api-v1
 "Topics and groups": 400 ``check_url_not_allowed``):
 
 - the scheme is ``http`` or ``https``, the URL has a host and nothing the sender cannot parse;

@@ -57,14 +57,15 @@ def _as_text(body: bytes, *, is_text: bool) -> str | None:
 
 
 def _utf8_prefix(body: bytes, max_bytes: int) -> bytes:
-    """The longest prefix of UTF-8 ``body`` of at most ``max_bytes`` that does not cut a
-    character in two."""
-    cut = body[:max_bytes]
-    while cut and (cut[-1] & 0xC0) == 0x80:  # a continuation byte: step back to its start
-        cut = cut[:-1]
-    if cut and cut[-1] >= 0xC0:  # a lead byte whose continuation was cut off
-        cut = cut[:-1]
-    return cut
+    """The longest prefix of ``body`` (valid UTF-8, longer than ``max_bytes``) of at most
+    ``max_bytes`` that does not cut a character in two."""
+    cut = max_bytes
+    # The first byte left out continues a character (0b10xxxxxx): that character would be
+    # cut in two, so the cut moves back to the character's first byte (valid UTF-8 never
+    # starts with a continuation byte, so this stops at 0 at the latest).
+    while (body[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return body[:cut]
 
 
 def hex_dump(data: bytes, *, start: int = 0) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from django.db import models
+from broker.rules.choices import TextChoices
 
 EndAction = Literal["commit", "rollback", "unknown"]
 """What a producer, a check answer or an operator asks for (api-v1 ``action``)."""
@@ -33,7 +33,7 @@ END_ACTIONS: tuple[EndAction, ...] = ("commit", "rollback", "unknown")
 RESOLVING_ACTIONS: tuple[ResolvingAction, ...] = ("commit", "rollback")
 
 
-class TransactionState(models.TextChoices):
+class TransactionState(TextChoices):
     """A transaction's state (api-v1 ``state``)."""
 
     PREPARED = "PREPARED"
@@ -50,7 +50,7 @@ RESOLVED_STATES: tuple[TransactionState, ...] = (
 states, from which no end, check or operator action moves a transaction again."""
 
 
-class ResolvedBy(models.TextChoices):
+class ResolvedBy(TextChoices):
     """Who ended a transaction (api-v1 ``resolved_by``)."""
 
     PRODUCER = "producer"
@@ -59,14 +59,14 @@ class ResolvedBy(models.TextChoices):
     DISCARD = "discard"
 
 
-class ResolutionAction(models.TextChoices):
+class ResolutionAction(TextChoices):
     """A resolution as the Op log and the journals spell it (``Resolution.action``)."""
 
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
 
 
-class CheckAnswer(models.TextChoices):
+class CheckAnswer(TextChoices):
     """A back-check's outcome as journalled and counted (``halfmoon_checks_total{outcome}``):
     the producer's answer (RocketMQ LocalTransactionState) or what became of the check."""
 
@@ -80,7 +80,7 @@ class CheckAnswer(models.TextChoices):
     UNDELIVERED = "UNDELIVERED"  # not sent (refused, connect timeout): not counted
 
 
-class DiscardReason(models.TextChoices):
+class DiscardReason(TextChoices):
     """Why the scan discarded a transaction to TRANS_CHECK_MAX_TIME_TOPIC."""
 
     CHECK_MAX = "check_max"  # transactionCheckMax checks delivered (needDiscard)

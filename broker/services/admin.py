@@ -156,7 +156,7 @@ def _consume_queues_ensure(topic: str, queue_nums: int) -> None:
 
 
 @contextmanager
-def _created_once(kind: ExistsKind, name: str) -> Iterator[None]:
+def created_once(kind: ExistsKind, name: str) -> Iterator[None]:
     """Run the creation of a ``kind`` named ``name`` in its own database transaction; a
     unique-name violation (a concurrent or repeated create) becomes ``already_exists``."""
     try:
@@ -175,7 +175,7 @@ def topic_create(*, name: str, queue_nums: int) -> Topic:
     """
     topic_name_validate(name)
     queue_nums_validate(queue_nums)
-    with _created_once("topic", name):
+    with created_once("topic", name):
         topic = Topic.objects.create(name=name, queue_nums=queue_nums)
         _consume_queues_ensure(name, queue_nums)
     return topic
@@ -215,7 +215,7 @@ def producer_group_create(*, name: str, check_url: str | None) -> ProducerGroup:
     """
     group_name_validate("producer group", name)
     check_url_validate(check_url)
-    with _created_once("producer_group", name):
+    with created_once("producer_group", name):
         return ProducerGroup.objects.create(
             name=name, check_url=check_url or None, check_secret=secrets.token_hex(32)
         )
@@ -247,7 +247,7 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     group_name_validate("consumer group", name)
     attempts = max_delivery_attempts or conf.max_delivery_attempts
     max_delivery_attempts_validate(attempts)
-    with _created_once("consumer_group", name):
+    with created_once("consumer_group", name):
         return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
 
 
@@ -282,7 +282,7 @@ def access_key_create(
     """
     access_key_groups_validate([*(producer_groups or []), *(consumer_groups or [])])
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    with _created_once("access_key", name):
+    with created_once("access_key", name):
         key = AccessKey.objects.create(
             name=name,
             token_prefix=token[:10],

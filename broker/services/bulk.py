@@ -15,7 +15,7 @@ Three steps, each audited in one ``AuditEntry`` (``action`` ``bulk-*``):
    transaction: a target that is done is never acted on again, so a run cut short (the worker
    died) is resumed by running it again. The filter is never queried again: a transaction
    that arrives after the preview is not touched. Progress is published
-   (``broker.events.bulk_action_progress_publish``) at most every ``PROGRESS_INTERVAL_MS`` and
+   (``broker.plumbing.events.bulk_action_progress_publish``) at most every ``PROGRESS_INTERVAL_MS`` and
    at the end (``done``).
 
 The entry's progress fields are the only ones that change after the preview (see
@@ -33,11 +33,11 @@ from django.db import transaction
 from django.db.models import Count, QuerySet
 
 from broker.errors import Conflict, InvalidInput
-from broker.events import BulkActionProgress, bulk_action_progress_publish
 from broker.models import AuditEntry, AuditTarget, Transaction, now_ms
+from broker.plumbing.events import BulkActionProgress, bulk_action_progress_publish
 from broker.rules.states import TransactionState
-from broker.selectors_audit import bulk_get
-from broker.selectors_console import stuck_transactions
+from broker.selectors.audit import bulk_get
+from broker.selectors.transactions import stuck_transactions
 from broker.services.audit import (
     actor_checked,
     audit_entry_record,
@@ -115,8 +115,8 @@ def bulk_preview_filter(
 ) -> AuditEntry:
     """Freeze the transactions of the stuck list's filter that ``action`` would change.
 
-    ``filters``: the keyword arguments of ``broker.selectors_console.stuck_transactions``
-    (``console.forms.filters_from_form``); ``now`` is fixed at the preview. ``scope``:
+    ``filters``: the keyword arguments of ``broker.selectors.transactions.stuck_transactions``
+    (``console.forms.transactions.filters_from_form``); ``now`` is fixed at the preview. ``scope``:
     ``{"kind": "filter", "filters": {...}}``.
     """
     filters = {**filters, "now": filters.get("now") or now_ms()}

@@ -1,7 +1,7 @@
 """The ``/metrics`` rollup: the append-only journals (``Resolution``, ``TransactionEvent``)
 folded into ``MetricRollup`` rows so that a scrape costs what changed since the last one, not
 the history. Nothing is added to the write paths: a scrape folds (``metrics_fold``), then reads
-(``broker.selectors_metrics``).
+(``broker.selectors.metrics``).
 
 Exactness. A fold adds the journal rows with id in ``(watermark, horizon]`` and moves the
 watermark to the horizon, in one database transaction holding the watermark row's lock. The
@@ -26,7 +26,7 @@ from django.db import OperationalError, connection, transaction
 from django.db.models import Model
 
 from broker.models import MetricRollup, MetricWatermark, Resolution, TransactionEvent
-from broker.selectors_metrics import AGGREGATES, EVENTS, RESOLUTIONS, Totals, watermark
+from broker.selectors.metrics import AGGREGATES, EVENTS, RESOLUTIONS, Totals, watermark
 
 HORIZON_LOCK_TIMEOUT_MS = 200
 """Longest a scrape waits for a journal's writers before it skips that journal's fold (ms)."""

@@ -18,7 +18,7 @@ about transactions the archive does not hold yet, and a silently shorter window 
 asked: the job's own rules keep transactions still within their checks from being called
 hanging and leave unsettled buckets unflagged.
 
-One run at a time: the run holds the lease ``reconcile`` (``broker.services.leases``, renewed
+One run at a time: the run holds the lease ``reconcile`` (``broker.plumbing.leases``, renewed
 by a heartbeat while Spark works); a second caller gets ``Conflict``
 ``reconciliation_running``. A run left RUNNING by a process that died is marked FAILED by the
 next run that gets the lease.
@@ -51,17 +51,17 @@ from broker.conf import conf
 from broker.errors import Conflict, InvalidInput
 from broker.models import (
     ArchiveSegment,
-    ArchiveWatermark,
     ReconciliationAnalytics,
     ReconciliationAnomaly,
     ReconciliationRun,
     now_ms,
 )
 from broker.pipeline.schema import run_output_path
+from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.anomalies import ReconcileParams, settle_ms
 from broker.rules.audit import iso_utc
-from broker.selectors_reconciliation import half_message_first_stored
-from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
+from broker.selectors.reconciliation import half_message_first_stored
+from broker.services.archive.watermark import archived_until_or_none
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     from broker.pipeline.progress import ProgressEvent
@@ -72,7 +72,6 @@ logger = logging.getLogger("halfmoon.reconciliation")
 RECONCILE_TASK = "tasks.pipeline.reconcile"
 RECONCILE_LEASE = "reconcile"
 LEASE_TTL_MS = 60_000  # renewed every 20 s while the job runs; a dead runner frees it in 60 s
-WATERMARK = "logs"
 STORE_BATCH = 1000  # anomalies or analytics rows per INSERT (~1 MB of evidence at most)
 SKIP_CODES = ("archive_empty", "nothing_to_reconcile")  # refusals of the default window
 
@@ -115,11 +114,7 @@ def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> Rec
 
 def _archived_until() -> int:
     """``as_of``: how far the archive reaches (ms). Raises InvalidInput ``archive_empty``."""
-    as_of = (
-        ArchiveWatermark.objects.filter(name=WATERMARK)
-        .values_list("archived_until_timestamp", flat=True)
-        .first()
-    )
+    as_of = archived_until_or_none()
     if not as_of:
         raise InvalidInput(
             "Nothing is archived yet: the reconciliation reads the archive, which the archive "
@@ -323,7 +318,9 @@ def _job_run(
     from broker.pipeline.reconcile import reconcile
     from broker.pipeline.spark import spark_session
 
-    spark = spark_session()
+    spark = spark_session(
+        master=settings.HALFMOON_SPARK_MASTER, driver_memory=settings.HALFMOON_SPARK_DRIVER_MEMORY
+    )
     group = f"halfmoon-reconcile-{run.pk}"
 
     def job() -> ReconcileResult:

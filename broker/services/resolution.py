@@ -29,8 +29,8 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_NOT_TYPE,
 )
-from broker.events import TransactionChange, transaction_changes_publish
 from broker.models import Message, Resolution, Transaction, TransactionEvent, now_ms
+from broker.plumbing.events import TransactionChange, transaction_changes_publish
 from broker.rules.states import (
     ResolvedBy,
     ResolvingAction,
@@ -38,7 +38,7 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.services.ops import op_buffer_note, op_buffer_notes
+from broker.services.op_messages import op_buffer_note, op_buffer_notes
 from broker.services.storage import (
     message_copy,
     message_deliver_cte,
@@ -64,7 +64,7 @@ def transaction_resolve_locked(
     A commit copies the half message to its real topic and queue, without the half-only
     properties (REAL_TOPIC, REAL_QID, TRAN_MSG) and with ``sys_flag``
     TRANSACTION_COMMIT_TYPE; a rollback delivers nothing. Either way a ``Resolution`` row is
-    written, from which ``broker.services.ops.op_flush`` writes the Op message (RIP-50) after
+    written, from which ``broker.services.op_messages.op_flush`` writes the Op message (RIP-50) after
     this database transaction commits. The writes are the statement of
     ``transactions_resolve_prepared`` (``_resolve_sql``) for this one transaction, admitting it
     in its current state, inside the caller's database transaction (no savepoint). Sets the
@@ -412,7 +412,7 @@ def transaction_announce(tx: Transaction, kind: str) -> None:
 
 def transactions_announce(txs: Sequence[Transaction], kind: str) -> None:
     """After the current database transaction commits, announce that each of ``txs`` changed
-    (``broker.events``; the console relays it), in order, with one hand-over to the publisher
+    (``broker.plumbing.events``; the console relays it), in order, with one hand-over to the publisher
     however many they are. ``kind``: prepared, resolved, discarded, resumed, check_sent,
     check_undelivered, check_requested. Nothing is announced for a write that rolls back."""
     if not txs:

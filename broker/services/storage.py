@@ -13,8 +13,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 
 from broker.models import ConsumeQueue, Message, Topic, now_ms
+from broker.plumbing.wakeups import topic_channel, wakeup_on_commit
 from broker.rules.topics import is_undeliverable_topic
-from broker.services.wakeups import topic_channel, wakeup_on_commit
 
 
 def new_msg_id() -> str:
@@ -167,7 +167,7 @@ def messages_store(messages: Sequence[Message]) -> None:
 
 def message_visible_on_commit(topic: str) -> None:
     """Wake the long polls waiting on ``topic`` once the current database transaction commits
-    (``broker.services.wakeups``, one publish per transaction): a message appended to a topic
+    (``broker.plumbing.wakeups``, one publish per transaction): a message appended to a topic
     consumers receive from becomes visible at that commit. Half, Op and discarded messages
     (``is_undeliverable_topic``) wake nobody. Every append to the commit log calls this."""
     if not is_undeliverable_topic(topic):

@@ -44,7 +44,7 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.selectors import first_or_not_found
+from broker.selectors.queries import first_or_not_found
 from broker.services.audit import ended_refusal
 from broker.services.messages import producer_topic_get, queue_select
 from broker.services.resolution import (

@@ -19,7 +19,7 @@ from django.views import View
 from broker.conf import conf
 from broker.errors import HalfmoonError
 from broker.models import AuditEntry, Transaction
-from broker.selectors_audit import bulk_get, bulk_targets_page
+from broker.selectors.audit import bulk_get, bulk_targets_page
 from broker.services.bulk import (
     BULK_ACTIONS,
     bulk_apply,
@@ -27,7 +27,7 @@ from broker.services.bulk import (
     bulk_preview_selection,
 )
 from broker.services.operator import OPERATOR_ACTIONS
-from console.forms import TransactionFilterForm, filters_from_form
+from console.forms.transactions import TransactionFilterForm, filters_from_form
 from console.permissions import OperateConsoleRequired, ViewConsoleRequired
 
 CONSOLE = AuditEntry.Via.CONSOLE

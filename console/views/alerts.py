@@ -24,7 +24,7 @@ from django.views import View
 from broker.errors import HalfmoonError, InvalidInput, NotFound
 from broker.models import AlertNotification, AlertReceiver, AlertRule, now_ms
 from broker.rules.alerts import KINDS, AlertKind
-from broker.selectors_alerts import (
+from broker.selectors.alerts import (
     active_silences,
     alert_get,
     alert_notifications,
@@ -37,7 +37,7 @@ from broker.selectors_alerts import (
 from broker.services.alerts import receivers, rules
 from broker.services.alerts.notifications import notification_retry
 from broker.services.alerts.silences import alert_silence, alert_silence_expire
-from console.forms_alerts import (
+from console.forms.alerts import (
     AlertRuleCreateForm,
     AlertRuleEditForm,
     ReceiverCreateForm,
@@ -46,7 +46,7 @@ from console.forms_alerts import (
 )
 from console.permissions import ManageConsoleRequired, OperateConsoleRequired, ViewConsoleRequired
 from console.views.actions import CONSOLE, console_actor
-from console.views.topology import _ServiceFormView
+from console.views.base import ServiceFormView
 
 SENT_SHOWN = 20
 
@@ -205,7 +205,7 @@ def _group_checked(apply: Any) -> Any:
         raise InvalidInput(error.message, code=error.code, details={"field": "group"}) from error
 
 
-class AlertRuleCreateView(_ServiceFormView):
+class AlertRuleCreateView(ServiceFormView):
     """``/console/alerts/rules/new/`` (admin): ``alert_rule_create``."""
 
     form_class = AlertRuleCreateForm
@@ -220,7 +220,7 @@ class AlertRuleCreateView(_ServiceFormView):
         return _group_checked(lambda: rules.alert_rule_create(**data))
 
 
-class AlertRuleEditView(_ServiceFormView):
+class AlertRuleEditView(ServiceFormView):
     """``/console/alerts/rules/<name>/edit/`` (admin): ``alert_rule_update``."""
 
     form_class = AlertRuleEditForm
@@ -260,7 +260,7 @@ class ReceiverListView(ManageConsoleRequired, View):
         )
 
 
-class ReceiverCreateView(_ServiceFormView):
+class ReceiverCreateView(ServiceFormView):
     """``/console/alerts/receivers/new/`` (admin): ``receiver_create``; the answer shows its
     signing secret this once."""
 
@@ -285,7 +285,7 @@ class ReceiverCreateView(_ServiceFormView):
         return render(request, "console/alerts/receiver_created.html", {"receiver": result})
 
 
-class ReceiverEditView(_ServiceFormView):
+class ReceiverEditView(ServiceFormView):
     """``/console/alerts/receivers/<name>/edit/`` (admin): ``receiver_update``."""
 
     form_class = ReceiverEditForm

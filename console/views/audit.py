@@ -14,7 +14,7 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.models import AuditEntry
-from broker.selectors_audit import BULK_ENTRY_ACTIONS, audit_entries
+from broker.selectors.audit import BULK_ENTRY_ACTIONS, audit_entries
 from console.permissions import ViewConsoleRequired
 
 FILTERS = ("actor", "action", "via", "transaction_id", "since", "until")

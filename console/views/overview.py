@@ -1,5 +1,5 @@
 """Console pages: the overview (``/console/``) and its JSON (``/console/overview.json``), for
-viewers and up. Both read ``broker.selectors_overview.overview``; the page renders the tiles
+viewers and up. Both read ``broker.selectors.overview.overview``; the page renders the tiles
 and tables on the server, ``static/console/overview.js`` draws the charts from the JSON and
 fetches it again (at most once a second) when the live feed reports a change."""
 
@@ -15,8 +15,8 @@ from django.views import View
 
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text, relative_text
-from broker.selectors_overview import Overview, overview
-from broker.selectors_reconciliation import (
+from broker.selectors.overview import Overview, overview
+from broker.selectors.reconciliation import (
     reconciliation_run_latest_or_none,
     reconciliation_runs_page,
 )

@@ -1,7 +1,7 @@
 """Console pages: the reconciliation runs (``/console/reconciliation/``), one run with its
 anomalies and charts (``/console/reconciliation/<id>/``), and "Run now" for operators.
 
-Reads come from ``broker.selectors_reconciliation``; "Run now" queues the pipeline worker's
+Reads come from ``broker.selectors.reconciliation``; "Run now" queues the pipeline worker's
 task through ``broker.services.reconciliation.reconciliation_run_queue`` (the run records the
 operator as its trigger, ``console:<username>``; with nothing settled the service records a
 SKIPPED run whose reason the list shows as the latest decision). Each anomaly's transaction id links to the
@@ -27,7 +27,7 @@ from broker.models import ReconciliationAnomaly
 from broker.rules.anomalies import AnomalyKind
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
-from broker.selectors_reconciliation import (
+from broker.selectors.reconciliation import (
     producer_group_analytics,
     reconciliation_analytics,
     reconciliation_anomalies,

@@ -1,6 +1,6 @@
 """Console pages: topics, producer groups and consumer groups.
 
-The lists are for viewers and up (reads through ``broker.selectors_topology``); creating and
+The lists are for viewers and up (reads through ``broker.selectors.topology``); creating and
 editing is for admins (``ManageConsoleRequired``) and goes through the same services as the
 API (``broker.services.admin``). A service's ``InvalidInput`` or ``Conflict`` is shown as a
 form error (status 400); an unknown or broker-owned name is a 404.
@@ -8,36 +8,32 @@ form error (status 400); an unknown or broker-owned name is a 404.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any
 
-from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import URLPattern, path
 from django.views import View
 
-from broker.errors import Conflict, InvalidInput, NotFound
+from broker.errors import NotFound
 from broker.models import ConsumerGroup, ProducerGroup, Topic
-from broker.selectors import first_or_not_found
-from broker.selectors_reconciliation import (
+from broker.selectors.queries import first_or_not_found
+from broker.selectors.reconciliation import (
     producer_group_analytics,
     reconciliation_run_latest_or_none,
 )
-from broker.selectors_topology import consumer_group_rows, producer_group_rows, topic_rows
+from broker.selectors.topology import consumer_group_rows, producer_group_rows, topic_rows
 from broker.services import admin
-from console.forms_topology import (
+from console.forms.topology import (
     ConsumerGroupCreateForm,
     ConsumerGroupEditForm,
     ProducerGroupCreateForm,
     ProducerGroupEditForm,
-    ServiceErrorsForm,
     TopicCreateForm,
     TopicEditForm,
 )
-from console.permissions import ManageConsoleRequired, ViewConsoleRequired
-
-FORM_TEMPLATE = "console/topology/form.html"
+from console.permissions import ViewConsoleRequired
+from console.views.base import ServiceFormView
 
 
 class TopicListView(ViewConsoleRequired, View):
@@ -77,52 +73,6 @@ class ConsumerGroupListView(ViewConsoleRequired, View):
         )
 
 
-class _ServiceFormView(ManageConsoleRequired, View, ABC):
-    """GET shows ``form_class`` (filled by ``initial``); POST validates it and calls
-    ``apply``; a service error is shown on the form, success redirects to ``list_route``."""
-
-    form_class: ClassVar[type[ServiceErrorsForm]]
-    title: ClassVar[str]
-    noun: ClassVar[str]
-    list_route: ClassVar[str]
-
-    def initial(self, name: str | None) -> dict[str, Any]:
-        """The form's initial values (an edit: the object's current ones)."""
-        return {}
-
-    @abstractmethod
-    def apply(self, data: dict[str, Any], name: str | None) -> Any:
-        """Call the service with the cleaned ``data``; return what it returned."""
-
-    def done(self, request: HttpRequest, result: Any) -> HttpResponse:
-        """The answer after a successful ``apply``: back to the list with a message."""
-        messages.success(request, f"{self.noun} {result} saved.")
-        return redirect(self.list_route)
-
-    def _render(
-        self, request: HttpRequest, form: ServiceErrorsForm, name: str | None, status: int = 200
-    ) -> HttpResponse:
-        context = {"form": form, "title": self.title, "name": name, "list_route": self.list_route}
-        return render(request, FORM_TEMPLATE, context, status=status)
-
-    def get(self, request: HttpRequest, name: str | None = None) -> HttpResponse:
-        return self._render(request, self.form_class(initial=self.initial(name)), name)
-
-    def post(self, request: HttpRequest, name: str | None = None) -> HttpResponse:
-        self.initial(name)  # 404 for an unknown name
-        form = self.form_class(request.POST)
-        if form.is_valid():
-            try:
-                result = self.apply(form.cleaned_data, name)
-            except NotFound as error:
-                raise Http404(error.message) from error
-            except (InvalidInput, Conflict) as error:
-                form.service_error_add(error)
-            else:
-                return self.done(request, result)
-        return self._render(request, form, name, status=400)
-
-
 def _found(queryset: Any, kind: Any, name: str | None) -> Any:
     try:
         return first_or_not_found(queryset, kind, name or "")
@@ -130,7 +80,7 @@ def _found(queryset: Any, kind: Any, name: str | None) -> Any:
         raise Http404(error.message) from error
 
 
-class TopicCreateView(_ServiceFormView):
+class TopicCreateView(ServiceFormView):
     """``/console/topics/new/`` (admin): ``topic_create`` with its consume queues."""
 
     form_class = TopicCreateForm
@@ -142,7 +92,7 @@ class TopicCreateView(_ServiceFormView):
         return admin.topic_create(name=data["name"], queue_nums=data["queue_nums"])
 
 
-class TopicEditView(_ServiceFormView):
+class TopicEditView(ServiceFormView):
     """``/console/topics/<name>/edit/`` (admin): more queues (``topic_update``); the broker's
     own topics are not editable (404)."""
 
@@ -159,7 +109,7 @@ class TopicEditView(_ServiceFormView):
         return admin.topic_update(name=name or "", queue_nums=data["queue_nums"])
 
 
-class ProducerGroupCreateView(_ServiceFormView):
+class ProducerGroupCreateView(ServiceFormView):
     """``/console/producer-groups/new/`` (admin): ``producer_group_create``; the answer shows
     the group's ``check_secret`` this once (as the API's create does), never again."""
 
@@ -175,7 +125,7 @@ class ProducerGroupCreateView(_ServiceFormView):
         return render(request, "console/topology/producer_group_created.html", {"group": result})
 
 
-class ProducerGroupEditView(_ServiceFormView):
+class ProducerGroupEditView(ServiceFormView):
     """``/console/producer-groups/<name>/edit/`` (admin): its check URL
     (``producer_group_update``, which also clears its unreachability)."""
 
@@ -192,7 +142,7 @@ class ProducerGroupEditView(_ServiceFormView):
         return admin.producer_group_update(name=name or "", check_url=data["check_url"] or None)
 
 
-class ConsumerGroupCreateView(_ServiceFormView):
+class ConsumerGroupCreateView(ServiceFormView):
     """``/console/consumer-groups/new/`` (admin): ``consumer_group_create``."""
 
     form_class = ConsumerGroupCreateForm
@@ -206,7 +156,7 @@ class ConsumerGroupCreateView(_ServiceFormView):
         )
 
 
-class ConsumerGroupEditView(_ServiceFormView):
+class ConsumerGroupEditView(ServiceFormView):
     """``/console/consumer-groups/<name>/edit/`` (admin): ``consumer_group_update``."""
 
     form_class = ConsumerGroupEditForm

@@ -1,5 +1,5 @@
 """Console pages: the stuck-transaction list (with its live row partial) and one transaction's
-page. Reads only, through ``broker.selectors_console``; viewers and up."""
+page. Reads only, through ``broker.selectors.transactions``; viewers and up."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from django.views import View
 from broker.errors import NotFound
 from broker.models import now_ms
 from broker.rules.preview import body_preview
-from broker.selectors_console import StuckPage, stuck_page, stuck_row, transaction_detail
-from console.forms import TransactionFilterForm, filters_from_form
+from broker.selectors.timeline import transaction_detail
+from broker.selectors.transactions import StuckPage, stuck_page, stuck_row
+from console.forms.transactions import TransactionFilterForm, filters_from_form
 from console.permissions import ViewConsoleRequired
 
 ACTIONS_TEMPLATE = "console/transactions/_actions.html"
@@ -37,7 +38,7 @@ def _query(pairs: list[tuple[str, str]], **extra: str | int) -> str:
 
 class TransactionListView(ViewConsoleRequired, View):
     """``/console/transactions/``: PREPARED and DISCARDED transactions, the most stuck first,
-    filtered by the URL (``console.forms.TransactionFilterForm``), paged by keyset
+    filtered by the URL (``console.forms.transactions.TransactionFilterForm``), paged by keyset
     (``after`` / ``before``). An htmx request targeting ``#tx-table`` gets the table alone
     (the live resync). Invalid parameters: the page with the form's errors, status 400."""
 

@@ -1,5 +1,5 @@
 """The Django admin writes alert rules and receivers through their services
-(broker/admin_alerts.py); alerts, notifications and silences are view-only there."""
+(broker/admin/alerts.py); alerts, notifications and silences are view-only there."""
 
 from __future__ import annotations
 

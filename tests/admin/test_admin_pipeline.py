@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.admin import site
 
-from broker import admin as broker_admin
+from broker.admin import base as admin_base
 from broker.models import (
     ArchiveSegment,
     ArchiveWatermark,
@@ -41,7 +41,7 @@ def test_the_pipeline_models_are_view_only(rf, admin_user):
 
 
 def test_a_run_page_shows_its_first_anomalies_and_its_analytics(admin_client, monkeypatch):
-    monkeypatch.setattr(broker_admin, "INLINE_ROWS", 2)
+    monkeypatch.setattr(admin_base, "INLINE_ROWS", 2)
     run = stored_run(
         anomalies=[anomaly("hanging", f"TX-{i}", check_times=15) for i in range(3)],
         analytics=[analytics_row("G", "TranTest", T0, committed=4, p99=250)],

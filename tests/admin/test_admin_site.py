@@ -1,4 +1,4 @@
-"""The Django admin writes through the services (broker/admin.py): objects made at /admin/ work
+"""The Django admin writes through the services (broker/admin/): objects made at /admin/ work
 like those made through the API. Every test drives the admin's own views, signed in as a
 superuser (pytest-django's ``admin_client``)."""
 

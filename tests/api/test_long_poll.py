@@ -1,4 +1,4 @@
-"""Long polls woken on commit (``broker.services.wakeups``, ``broker.services.polling``): what
+"""Long polls woken on commit (``broker.plumbing.wakeups``, ``broker.plumbing.polling``): what
 publishes a wake-up and what does not, a waiting receive or check-requests poll woken by a commit
 in another thread, the ``wait_ms`` upper bound, and the fallback re-check while Redis is away.
 
@@ -22,11 +22,17 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from broker.models import Transaction
-from broker.services import checks, wakeups
+from broker.plumbing import wakeups
+from broker.plumbing.polling import poll_until
+from broker.plumbing.wakeups import (
+    _Publisher,
+    check_requests_channel,
+    topic_channel,
+    wakeup_publish,
+)
+from broker.services import checks
 from broker.services.admin import topic_create
-from broker.services.polling import poll_until
 from broker.services.storage import message_visible_on_commit
-from broker.services.wakeups import check_requests_channel, topic_channel
 from tests.api_helpers import end, post, send_half, send_message
 
 pytestmark = pytest.mark.django_db(transaction=True)  # commits must really happen
@@ -254,11 +260,11 @@ def test_without_redis_a_waiting_receive_still_gets_the_commit_by_the_fallback_r
     with pytest.raises(redis.ConnectionError):
         dead.ping()  # nothing listens there
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
-    monkeypatch.setattr(wakeups, "_publisher", wakeups._Publisher())  # its client: the dead port
+    monkeypatch.setattr(wakeups, "_publisher", _Publisher())  # its client: the dead port
     poll = receive_waiting(consumer, wait_ms=10_000)
 
     assert end(owner, tx, "commit").status_code == 200
-    assert wakeups.wakeup_publish([topic_channel("TranTest")]) is False  # nothing was published
+    assert wakeup_publish([topic_channel("TranTest")]) is False  # nothing was published
 
     response = poll.outcome(timeout_s=15)
     [message] = response.json()["messages"]

@@ -20,15 +20,15 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from broker import events
-from broker.events import (
+from broker.models import now_ms
+from broker.plumbing import events
+from broker.plumbing.events import (
     BULK_ACTIONS_GROUP,
     TRANSACTIONS_GROUP,
     BulkActionProgress,
     announcements_coalesce,
     bulk_action_progress_publish,
 )
-from broker.models import now_ms
 from broker.services.batch import transaction_end_batch, transaction_prepare_batch
 from broker.services.transactions import transaction_end, transaction_prepare
 from halfmoon.asgi import application

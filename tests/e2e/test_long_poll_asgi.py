@@ -6,7 +6,7 @@
   wait_ms, the others of an idle topic answer empty, none past wait_ms (plus a margin).
 - While they wait the worker holds a handful of threads, not one per waiter: a long poll that
   found nothing gives its pool thread back and waits in the event loop
-  (``halfmoon.serving``, ``broker.services.polling.poll_continue``).
+  (``halfmoon.serving``, ``broker.plumbing.polling.poll_continue``).
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def pids_in_group(pgid: int) -> set[int]:
 
 
 def owner_pid(owner: str) -> int | None:
-    """The pid in a lease owner ``host:pid:random`` (broker.services.leases.lease_owner)."""
+    """The pid in a lease owner ``host:pid:random`` (broker.plumbing.leases.lease_owner)."""
     parts = owner.split(":")
     return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else None
 

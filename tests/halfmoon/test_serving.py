@@ -18,12 +18,13 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 
-from broker.services.polling import (
+from broker.plumbing.polling import (
     CONTINUATION_ENVIRON_KEY,
     WAKEUP_HUB_ENVIRON_KEY,
     PollContinuation,
 )
-from broker.services.wakeups import topic_channel, wakeup_hub, wakeup_publish
+from broker.plumbing.wakeup_listeners import wakeup_hub
+from broker.plumbing.wakeups import topic_channel, wakeup_publish
 from halfmoon.serving import BufferedWSGI, PooledHTTP
 
 

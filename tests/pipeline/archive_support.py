@@ -34,7 +34,7 @@ from broker.services.admin import consumer_group_create, producer_group_create, 
 from broker.services.checks.outcomes import check_delivered_record
 from broker.services.consumers import messages_ack, messages_receive
 from broker.services.messages import message_send
-from broker.services.ops import op_flush
+from broker.services.op_messages import op_flush
 from broker.services.transactions import (
     transaction_discard,
     transaction_end,

@@ -25,9 +25,9 @@ from broker.models import (
 from broker.pipeline.archive_io import table_read
 from broker.rules.op_body import op_body_parse
 from broker.services.admin import consumer_group_create, topic_create
-from broker.services.archive import archive_export_due, archive_prune
 from broker.services.archive import prune as prune_module
-from broker.services.archive.export import closed_until
+from broker.services.archive.export import archive_export_due, closed_until
+from broker.services.archive.prune import archive_prune
 from broker.services.checks import checkpoint_advance, half_queue_scan
 from broker.services.consumers import messages_receive
 from broker.services.messages import message_send

@@ -33,7 +33,7 @@ from broker.rules.op_body import op_body_format, op_body_parse
 from broker.services.admin import consumer_group_create, producer_group_create, topic_create
 from broker.services.storage import message_copy, message_put
 from tasks.checks import check_half_queue
-from tasks.ops import op_flush_all_task
+from tasks.op_messages import op_flush_all_task
 from tasks.pipeline import archive_export, reconcile
 from tests.api_helpers import ack, end, key_client, post, receive, send_half
 

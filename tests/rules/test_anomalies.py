@@ -66,6 +66,7 @@ def test_bucket_start(timestamp, start):
         (600_000, True),
         (HOUR_MS, True),
         (60_000, True),
+        (1, True),  # a millisecond divides an hour too
         (7 * 60_000, False),
         (2 * HOUR_MS, False),
         (0, False),

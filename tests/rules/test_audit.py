@@ -28,3 +28,9 @@ def test_ended_by_names_each_kind_of_end():
         "the check scan (discard: check_max)"
     )
     assert ended_by_text(resolved_by=None, resolved_timestamp=None) == "unknown"
+
+
+def test_an_operator_without_a_reason_is_named_without_one():
+    assert ended_by_text(resolved_by="operator", resolved_timestamp=None, actor="operator:k1") == (
+        "operator operator:k1"
+    )

@@ -15,6 +15,7 @@ from broker.rules.check_targets import (
     RULE_MULTICAST,
     RULE_NOT_ALLOWED,
     RULE_SCHEME,
+    RULE_UNRESOLVED,
     RULE_UNSPECIFIED,
     SETTING,
     BrokerEndpoint,
@@ -23,7 +24,11 @@ from broker.rules.check_targets import (
     address_refusal,
     allowed_targets_parse,
     check_target_parse,
+    host_normalize,
+    name_unresolved_refusal,
 )
+
+WEBHOOK_SETTING = "HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS"
 
 DEFAULT = allowed_targets_parse(DEFAULT_ALLOWED_NETWORKS)
 EVERYWHERE = allowed_targets_parse("0.0.0.0/0,::/0")
@@ -45,6 +50,27 @@ def test_only_http_and_https_are_accepted(url):
     refusal = check_target_parse(url)
     assert isinstance(refusal, Refusal) and refusal.rule == RULE_SCHEME
     assert "http or https" in refusal.message
+
+
+def test_a_scheme_refusal_names_the_scheme_or_its_absence():
+    assert check_target_parse("ftp://127.0.0.1/check").message == (
+        "A check URL must be http or https, not ftp."
+    )
+    assert check_target_parse("127.0.0.1:9000/check").message == (
+        "A check URL must be http or https, and '127.0.0.1:9000/check' has no scheme."
+    )
+    assert check_target_parse("ftp://h/", subject="webhook").message == (
+        "A webhook URL must be http or https, not ftp."
+    )
+
+
+def test_a_malformed_refusal_names_the_url():
+    assert check_target_parse("http:///check") == Refusal(
+        RULE_MALFORMED, "The check URL 'http:///check' has no host."
+    )
+    unparsable = check_target_parse("http://[::1/check", subject="webhook")
+    assert unparsable.rule == RULE_MALFORMED
+    assert unparsable.message.startswith("The webhook URL 'http://[::1/check' cannot be parsed: ")
 
 
 @pytest.mark.parametrize("url", ["http:///check", "http://[::1/check", "http://xn--/check"])
@@ -116,6 +142,60 @@ def test_a_refusal_message_names_the_rule_and_the_resolved_name():
     )
 
 
+@pytest.mark.parametrize(
+    ("address", "port", "message"),
+    [
+        (
+            "169.254.169.254",
+            80,
+            "169.254.169.254 is a link-local address (cloud metadata and the like): a check URL "
+            "may never reach one.",
+        ),
+        ("224.0.0.1", 80, "224.0.0.1 is a multicast address: a check URL may never reach one."),
+        ("::", 80, ":: is the unspecified address: a check URL may never reach it."),
+        (
+            "127.0.0.1",
+            8000,
+            "127.0.0.1 port 8000 is the broker itself: a check URL may not point at it.",
+        ),
+        (
+            "8.8.8.8",
+            80,
+            f"8.8.8.8 is outside the networks a check may reach ({SETTING}).",
+        ),
+    ],
+)
+def test_each_refusal_says_which_rule_the_address_broke(address, port, message):
+    refusal = address_refusal(ipaddress.ip_address(address), port, allowed=DEFAULT, broker=BROKER)
+    assert refusal is not None and refusal.message == message
+
+
+def test_a_refusal_shows_the_address_once_when_the_host_is_the_address():
+    refusal = address_refusal(ipaddress.ip_address("8.8.8.8"), 80, allowed=DEFAULT, host="8.8.8.8")
+    assert refusal is not None and refusal.message.startswith("8.8.8.8 is outside")
+
+
+def test_a_webhooks_refusal_names_the_webhook_and_its_own_setting():
+    webhooks = allowed_targets_parse("10.0.0.0/8", setting=WEBHOOK_SETTING, subject="webhook")
+    outside = address_refusal(ipaddress.ip_address("8.8.8.8"), 443, allowed=webhooks)
+    assert outside is not None and outside.message == (
+        f"8.8.8.8 is outside the networks a webhook may reach ({WEBHOOK_SETTING})."
+    )
+    metadata = address_refusal(ipaddress.ip_address("169.254.169.254"), 80, allowed=webhooks)
+    assert metadata is not None and "a webhook URL may never reach one" in metadata.message
+
+
+def test_an_unresolved_name_is_refused_naming_the_setting_that_would_accept_it():
+    refusal = name_unresolved_refusal("producer.internal", "Name or service not known")
+    assert refusal == Refusal(
+        RULE_UNRESOLVED,
+        "producer.internal does not resolve (Name or service not known); list it in "
+        f"{SETTING} to accept it unresolved.",
+    )
+    webhook = name_unresolved_refusal("hooks.internal", "timeout", setting=WEBHOOK_SETTING)
+    assert webhook.message.endswith(f"list it in {WEBHOOK_SETTING} to accept it unresolved.")
+
+
 def test_the_broker_itself_is_refused_on_its_port_only():
     assert refusal_of("127.0.0.1", port=8000) == RULE_BROKER_ITSELF
     assert refusal_of("::ffff:127.0.0.1", port=8000) == RULE_BROKER_ITSELF
@@ -144,7 +224,46 @@ def test_the_setting_holds_networks_and_host_names():
     assert not allowed.allows_address(ipaddress.ip_address("8.8.8.8"))
 
 
-@pytest.mark.parametrize("entry", ["10.0.0.1/8", "300.1.2.3", "10.0.0.0/33", "bad name", "a..b"])
+@pytest.mark.parametrize(
+    "entry", ["10.0.0.1/8", "300.1.2.3", "10.0.0.0/33", "bad name", "a..b", "X10.0.0.0/8"]
+)
 def test_a_bad_setting_entry_is_an_error_naming_it(entry):
     with pytest.raises(ValueError, match=SETTING):
         allowed_targets_parse(entry)
+
+
+@pytest.mark.parametrize("entry", ["10.0.0.1/8", "fd00::zz", "300.1.2.3"])
+def test_an_entry_that_looks_like_a_network_is_refused_as_a_network(entry):
+    with pytest.raises(ValueError, match="is not a valid network"):
+        allowed_targets_parse(entry)
+
+
+def test_a_bracketed_ipv6_entry_is_its_address():
+    allowed = allowed_targets_parse("[fd00::1]")
+    assert [str(n) for n in allowed.networks] == ["fd00::1/128"]
+
+
+def test_a_host_name_label_is_at_most_63_characters():
+    assert allowed_targets_parse("a" * 63 + ".internal").names == {"a" * 63 + ".internal"}
+    with pytest.raises(ValueError, match="neither a network"):
+        allowed_targets_parse("a" * 64 + ".internal")
+
+
+def test_a_parsed_list_keeps_the_setting_and_subject_it_guards():
+    check = allowed_targets_parse("10.0.0.0/8")
+    assert (check.setting, check.subject) == (SETTING, "check")
+    webhook = allowed_targets_parse("10.0.0.0/8", setting=WEBHOOK_SETTING, subject="webhook")
+    assert (webhook.setting, webhook.subject) == (WEBHOOK_SETTING, "webhook")
+
+
+@pytest.mark.parametrize(
+    ("host", "normal"),
+    [
+        (" Producer.Internal. ", "producer.internal"),
+        ("[::1]", "::1"),
+        ("[FD00::1]", "fd00::1"),
+        ("XBOX.", "xbox"),  # only brackets and a trailing dot go, never a letter
+    ],
+)
+def test_a_host_is_normalized_to_lower_case_without_brackets_or_trailing_dot(host, normal):
+    assert host_normalize(host) == normal

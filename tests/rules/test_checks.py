@@ -49,6 +49,12 @@ def test_need_skip_past_the_file_reserved_time():
     assert need_skip(0, now=72 * HOUR_MS + 1, file_reserved_hours=72)
 
 
+def test_need_skip_counts_the_age_from_the_birth_not_from_the_epoch():
+    born = 1_700_000_000_000
+    assert not need_skip(born, now=born + 72 * HOUR_MS, file_reserved_hours=72)
+    assert need_skip(born, now=born + 72 * HOUR_MS + 1, file_reserved_hours=72)
+
+
 def test_discard_reason_checks_the_reserved_time_first():
     kwargs = {"transaction_check_max": 15, "file_reserved_hours": 1}
     assert discard_reason(check_times=0, born_timestamp=0, now=1, **kwargs) is None
@@ -75,6 +81,11 @@ def test_scan_lease_is_half_the_interval_within_bounds():
     assert scan_lease_ttl_ms(check_interval_ms=30_000, scan_interval_ms=1000) == 15_000
     assert scan_lease_ttl_ms(check_interval_ms=1000, scan_interval_ms=1000) == 1000
     assert scan_lease_ttl_ms(check_interval_ms=600_000, scan_interval_ms=1000) == 60_000
+
+
+def test_the_scan_lease_of_an_odd_interval_is_whole_milliseconds():
+    lease = scan_lease_ttl_ms(check_interval_ms=30_001, scan_interval_ms=1000)
+    assert lease == 15_000 and isinstance(lease, int)
 
 
 def test_a_group_is_down_since_the_earlier_of_undelivered_and_unanswered():

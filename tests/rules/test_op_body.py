@@ -27,5 +27,5 @@ def test_empty_parts_are_skipped_and_bad_parts_reported_not_raised():
 
 
 def test_negative_offsets_cannot_be_written():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="half queue offset -1 is negative"):
         op_body_format([1, -1])

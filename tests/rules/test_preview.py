@@ -2,7 +2,12 @@
 
 import json
 
+import pytest
+
 from broker.rules.preview import BodyPreview, body_preview, hex_dump
+
+MIXED = ["aé€😀b€é😀", "😀é€a"]  # characters of 1, 2, 3 and 4 bytes in UTF-8
+CUTS = [(text, cap) for text in MIXED for cap in range(len(text.encode()))]
 
 
 def test_empty_body():
@@ -24,6 +29,33 @@ def test_json_object_is_pretty_printed():
         {"order": 42, "items": [1, 2], "name": "é"}, indent=2, ensure_ascii=False
     )
     assert "\n  " in preview.text
+
+
+def test_json_preview_covers_the_whole_body():
+    body = b'{"b": 1, "a": [true, null]}'
+    assert body_preview(body) == BodyPreview(
+        kind="json",
+        text='{\n  "b": 1,\n  "a": [\n    true,\n    null\n  ]\n}',
+        size=len(body),
+        shown=len(body),
+    )
+
+
+def test_a_json_array_and_json_after_leading_blanks_are_pretty_printed():
+    assert body_preview(b"[1, 2]").text == "[\n  1,\n  2\n]"
+    assert body_preview(b'\n  {"a": 1}').kind == "json"
+
+
+def test_a_body_exactly_at_the_cap_is_shown_whole():
+    body = b'{"a": 1}'
+    preview = body_preview(body, text_max_bytes=len(body))
+    assert (preview.kind, preview.shown, preview.truncated) == ("json", len(body), False)
+
+
+def test_a_body_sent_as_text_stays_text_with_control_characters():
+    assert body_preview(b"ring\x07bell", is_text=True) == BodyPreview(
+        kind="text", text="ring\x07bell", size=9, shown=9
+    )
 
 
 def test_json_scalar_or_broken_json_stays_text():
@@ -56,6 +88,17 @@ def test_long_text_is_cut_at_the_cap_on_a_character_boundary():
     assert (preview.shown, preview.size, preview.truncated) == (6, 20, True)
 
 
+@pytest.mark.parametrize(("text", "cap"), CUTS)
+def test_a_cut_keeps_every_whole_character_that_fits_and_no_part_of_the_next(text, cap):
+    preview = body_preview(text.encode(), is_text=True, text_max_bytes=cap)
+    fitting = max((text[:n] for n in range(len(text)) if len(text[:n].encode()) <= cap), key=len)
+    assert (preview.text, preview.shown, preview.truncated) == (
+        fitting,
+        len(fitting.encode()),
+        True,
+    )
+
+
 def test_long_json_is_not_parsed_but_cut():
     body = json.dumps({"k": "v" * 100}).encode()
     preview = body_preview(body, is_text=True, text_max_bytes=50)
@@ -68,6 +111,11 @@ def test_binary_is_cut_at_its_own_cap():
     assert preview.kind == "hex"
     assert (preview.shown, preview.size, preview.truncated) == (64, 1000, True)
     assert len(preview.text.splitlines()) == 4
+
+
+def test_the_hex_dumps_ascii_column_shows_printable_bytes_and_dots_for_the_rest():
+    line = hex_dump(bytes([0x1F, 0x20, 0x21, 0x41, 0x7E, 0x7F, 0x80, 0xFF]))
+    assert line == "00000000  1f 20 21 41 7e 7f 80 ff" + " " * 27 + "|. !A~...|"
 
 
 def test_hex_dump_offsets_count_from_start():

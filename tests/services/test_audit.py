@@ -1,6 +1,6 @@
 """The operators' audit log: every console and API action is recorded once with who, when,
 what, why and the result (``broker.services.audit``), and read back filtered and paged
-(``broker.selectors_audit``)."""
+(``broker.selectors.audit``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.contrib.admin.sites import site
 
 from broker.errors import InvalidInput, TransactionAlreadyResolved
 from broker.models import AuditEntry, AuditTarget, TransactionEvent
-from broker.selectors_audit import audit_entries, bulk_get, bulk_targets_page
+from broker.selectors.audit import audit_entries, bulk_get, bulk_targets_page
 from broker.services.bulk import bulk_preview_selection
 from broker.services.operator import (
     transaction_check_now,

@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 from broker.models import Delivery, DeliveryEvent, Message
-from broker.selectors_console import transaction_timeline
+from broker.selectors.timeline import transaction_timeline
 from broker.services.admin import consumer_group_create, topic_create
 from broker.services.consumers import messages_ack, messages_receive
 from broker.services.messages import message_send

@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from broker.management.commands.demo import Command
 from broker.models import ReconciliationRun
-from broker.selectors_reconciliation import reconciliation_run_get
+from broker.selectors.reconciliation import reconciliation_run_get
 from tests.services.reconciliation_runs import HOUR, T0, analytics_row, anomaly, stored_run
 
 URL = "http://127.0.0.1:8123"

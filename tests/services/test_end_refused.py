@@ -11,7 +11,7 @@ from django.db import transaction
 from broker.errors import TransactionAlreadyResolved
 from broker.models import TransactionEvent
 from broker.rules.states import DiscardReason
-from broker.selectors_console import transaction_timeline
+from broker.selectors.timeline import transaction_timeline
 from broker.services.recovery import transactions_rebuild
 from broker.services.transactions import (
     transaction_discard,

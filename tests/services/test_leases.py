@@ -1,4 +1,4 @@
-"""The lease heartbeat (``broker.services.leases.LeaseKeeper``): a renewal that fails with a
+"""The lease heartbeat (``broker.plumbing.leases.LeaseKeeper``): a renewal that fails with a
 database error is retried, and the lease counts as lost only once a whole TTL has passed
 without a renewal, when another worker may hold it. Real PostgreSQL, committed rows: the
 keeper renews from its own thread and connection."""
@@ -11,8 +11,8 @@ import pytest
 from django.db import OperationalError
 
 from broker.models import ScanLease
-from broker.services import leases
-from broker.services.leases import LeaseKeeper, lease_acquire
+from broker.plumbing import leases
+from broker.plumbing.leases import LeaseKeeper, lease_acquire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""The /metrics rollup (broker.services.metrics, broker.selectors_metrics): a scrape folds only
+"""The /metrics rollup (broker.services.metrics, broker.selectors.metrics): a scrape folds only
 the journal rows since the last one, and its figures are those of a GROUP BY over the whole
 tables (what the collector computed before the rollup), across scrapes, processes (other
 database connections), resets and rows that commit out of id order."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from broker.constants import OP_HALF_TOPIC
 from broker.models import Message, Resolution
 from broker.rules.op_body import op_body_parse
-from broker.services.ops import op_flush, op_flush_all
+from broker.services.op_messages import op_flush, op_flush_all
 from broker.services.transactions import transaction_end
 from tests.support import prepare
 

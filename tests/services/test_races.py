@@ -20,7 +20,7 @@ from broker.rules.op_body import op_body_parse
 from broker.services import checks
 from broker.services.admin import access_key_create, producer_group_create, topic_create
 from broker.services.messages import message_send
-from broker.services.ops import op_flush
+from broker.services.op_messages import op_flush
 from broker.services.transactions import transaction_end, transaction_prepare
 from tests.support import prepare
 

@@ -28,10 +28,10 @@ from broker.models import (
 )
 from broker.pipeline import reconcile as reconcile_module
 from broker.pipeline.result import ReconcileResult
+from broker.plumbing.leases import lease_acquire
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
 from broker.services import reconciliation as service
-from broker.services.leases import lease_acquire
 from broker.services.reconciliation import (
     RECONCILE_LEASE,
     RECONCILE_TASK,

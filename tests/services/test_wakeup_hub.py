@@ -1,4 +1,4 @@
-"""``broker.services.wakeups.WakeupHub``: one wake-up per key of competing waiters, not one per
+"""``broker.plumbing.wakeup_listeners.WakeupHub``: one wake-up per key of competing waiters, not one per
 waiter, and a wake-up never dropped: passed on when its waiter leaves without reading for it or
 found something. Against the real Redis (the test settings' ``REDIS_URL``)."""
 
@@ -11,8 +11,9 @@ from typing import Any
 
 from django.conf import settings
 
-from broker.services import wakeups
-from broker.services.wakeups import Listener, WakeupHub, topic_channel, wakeup_publish
+from broker.plumbing import wakeup_listeners
+from broker.plumbing.wakeup_listeners import Listener, WakeupHub
+from broker.plumbing.wakeups import topic_channel, wakeup_publish
 
 CHANNEL = topic_channel("HubTest")
 
@@ -124,7 +125,7 @@ def test_the_recheck_tick_wakes_one_waiter_per_key_not_every_waiter(monkeypatch)
     """Redeliveries publish nothing: every HELD_RECHECK_S the hub wakes one waiter per key of
     every channel (one read per consumer group, not one per waiter); a waiter's own timeout is
     its deadline while the hub is subscribed."""
-    monkeypatch.setattr(wakeups, "HELD_RECHECK_S", 0.2)
+    monkeypatch.setattr(wakeup_listeners, "HELD_RECHECK_S", 0.2)
 
     async def scenario(hub: WakeupHub) -> tuple[list[bool], list[bool], float]:
         a = listening(hub, "A", 3)

@@ -1,5 +1,5 @@
 """``manage.py archive [--until ISO8601|ms] [--no-prune]``: export every closed segment of the
-logs to the archive now (``broker.services.archive.archive_export``, what beat runs every
+logs to the archive now (``broker.services.archive.export.archive_export``, what beat runs every
 HALFMOON_ARCHIVE_INTERVAL_MS), then prune the hot database; print the segments and rows
 written and the rows pruned.
 
@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from broker.management.commands.reconcile import timestamp_ms
 from broker.rules.audit import iso_utc
-from broker.services.archive import archive_export
+from broker.services.archive.export import archive_export
 
 
 class Command(BaseCommand):

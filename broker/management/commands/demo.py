@@ -54,7 +54,7 @@ from broker.models import AccessKey, ReconciliationRun
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
-from broker.selectors_reconciliation import (
+from broker.selectors.reconciliation import (
     archive_reach,
     half_messages_stored_range,
     producer_group_analytics,

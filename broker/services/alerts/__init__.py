@@ -1,4 +1,4 @@
-"""Halfmoon's own alerts (issue 11): rules (``rules``), receivers (``receivers``), the
+"""Halfmoon's own alerts: rules (``rules``), receivers (``receivers``), the
 evaluation (``evaluation``), notifications and their delivery (``notifications``,
 ``webhooks``) and silences (``silences``). The pure rules behind them:
 ``broker.rules.alerts`` (kinds, thresholds, the firing/resolved state machine) and

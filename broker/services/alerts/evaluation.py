@@ -5,7 +5,7 @@ One evaluation, in one database transaction holding every rule's row lock (so tw
 take turns and a rule edited meanwhile waits for the end of it):
 
 1. reads the figures once each, through the selectors the console's overview and ``/metrics``
-   read (``broker.selectors_overview``, ``broker.selectors_topology``): the oldest pending
+   read (``broker.selectors.overview``, ``broker.selectors.topology``): the oldest pending
    transaction and the check counts of the pending set per producer group, the groups'
    reachability, a window of discards per producer group and of dead letters per consumer
    group. Nothing reads the history;
@@ -43,7 +43,7 @@ from broker.rules.alerts import (
     oldest_pending_finding,
     unreachable_finding,
 )
-from broker.selectors_overview import (
+from broker.selectors.overview import (
     GroupReachability,
     OldestPending,
     discards_by_group,
@@ -51,7 +51,7 @@ from broker.selectors_overview import (
     pending_check_times_by_group,
     producer_group_reachability,
 )
-from broker.selectors_topology import dead_letters_by_group
+from broker.selectors.topology import dead_letters_by_group
 from broker.services.alerts.notifications import notifications_queue
 
 logger = logging.getLogger("halfmoon.alerts")

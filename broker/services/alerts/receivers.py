@@ -14,7 +14,7 @@ from django.db import transaction
 
 from broker.errors import InvalidInput, NotFound
 from broker.models import AlertNotification, AlertReceiver
-from broker.services.admin import _created_once, name_validate
+from broker.services.admin import created_once, name_validate
 from broker.services.alerts.webhooks import webhook_url_validate
 
 EMAILS_MAX = 50
@@ -80,7 +80,7 @@ def receiver_create(
     name_validate("alert receiver", name)
     emails = [e.strip() for e in emails or [] if e.strip()]
     receiver_target_validate(kind, url, emails)
-    with _created_once("alert_receiver", name):
+    with created_once("alert_receiver", name):
         return AlertReceiver.objects.create(
             name=name,
             kind=kind,

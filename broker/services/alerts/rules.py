@@ -23,7 +23,7 @@ from broker.rules.alerts import (
     AlertSeverity,
     Subject,
 )
-from broker.services.admin import _created_once, name_validate
+from broker.services.admin import created_once, name_validate
 
 REPEAT_INTERVAL_S_MAX = 30 * 86_400
 """Longest reminder interval a rule may set (30 days)."""
@@ -141,7 +141,7 @@ def alert_rule_create(
         "description": description or "",
     }
     alert_rule_values_validate(alert_kind, values)
-    with _created_once("alert_rule", name):
+    with created_once("alert_rule", name):
         return AlertRule.objects.create(name=name, kind=alert_kind, **values)
 
 

@@ -26,18 +26,16 @@ from django.db import transaction
 from django.db.models import Min
 
 from broker.conf import conf
-from broker.models import ArchiveSegment, ArchiveWatermark
+from broker.models import ArchiveSegment
 from broker.models import now_ms as clock_ms
 from broker.pipeline import archive_io
 from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, ddl, segment_path
 from broker.pipeline.spark import HadoopFiles, job_group, spark_session
+from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.services.archive.rows import TIME_MODELS, segment_tables
-from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
+from broker.services.archive.watermark import archived_until_advance, archived_until_ms
 
 logger = logging.getLogger("halfmoon.archive")
-
-WATERMARK = "logs"
-"""The ``ArchiveWatermark`` row of the logs."""
 
 LEASE_NAME = "archive"
 LEASE_TTL_MS = 300_000
@@ -133,7 +131,7 @@ def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveEx
     limit = closed_until(
         now_ms=now, segment_ms=segment_ms, lag_ms=conf.archive_lag_ms, until_ms=until_ms
     )
-    mark = _watermark()
+    mark = archived_until_ms()
     result = ArchiveExport(archived_until_ms=mark)
     uri = settings.HALFMOON_ARCHIVE_URI
     spark = None
@@ -147,7 +145,10 @@ def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveEx
         # watermark may sit inside a segment, whose end is still closed (checked above).
         end = segment_start(start, segment_ms) + segment_ms
         if spark is None:  # started only when there is something to write
-            spark = spark_session()
+            spark = spark_session(
+                master=settings.HALFMOON_SPARK_MASTER,
+                driver_memory=settings.HALFMOON_SPARK_DRIVER_MEMORY,
+            )
             archive_io.tmp_clean(spark, uri)
         began = time.monotonic()
         rows = _segment_write(spark, uri=uri, start_ms=start, end_ms=end)
@@ -167,15 +168,9 @@ def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveEx
         result.archived_until_ms = start
     if not keeper.lost and limit > result.archived_until_ms:
         # Nothing is left below limit but empty segments: pass them (no write can land there).
-        _watermark_advance(limit)
+        archived_until_advance(limit)
         result.archived_until_ms = limit
     return result
-
-
-def _watermark() -> int:
-    """``archived_until_timestamp`` of the logs (the row made at 0 on the first run)."""
-    mark, _ = ArchiveWatermark.objects.get_or_create(name=WATERMARK)
-    return mark.archived_until_timestamp
 
 
 def _segment_write(spark, *, uri: str, start_ms: int, end_ms: int) -> dict[str, int]:
@@ -215,12 +210,5 @@ def _segment_commit(
                 "duration_ms": duration_ms,
             },
         )
-        _watermark_advance(end_ms)
+        archived_until_advance(end_ms)
     logger.info("archived segment %d-%d in %d ms: %s", start_ms, end_ms, duration_ms, rows)
-
-
-def _watermark_advance(to_ms: int) -> None:
-    """Move ``archived_until_timestamp`` forward to ``to_ms`` (never back)."""
-    ArchiveWatermark.objects.filter(name=WATERMARK, archived_until_timestamp__lt=to_ms).update(
-        archived_until_timestamp=to_ms, updated_timestamp=clock_ms()
-    )

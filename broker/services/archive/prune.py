@@ -40,7 +40,6 @@ from django.db.models.deletion import ProtectedError
 from broker.conf import conf
 from broker.constants import CHECK_GROUP, CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from broker.models import (
-    ArchiveWatermark,
     CheckRequest,
     ConsumerOffset,
     Delivery,
@@ -53,8 +52,8 @@ from broker.models import (
 from broker.models import now_ms as clock_ms
 from broker.rules.op_body import op_body_parse
 from broker.rules.states import RESOLVED_STATES, TransactionState
-from broker.selectors_metrics import EVENTS, RESOLUTIONS, watermark
-from broker.services.archive.export import WATERMARK
+from broker.selectors.metrics import EVENTS, RESOLUTIONS, watermark
+from broker.services.archive.watermark import archived_until_or_none, pruned_until_advance
 from broker.services.metrics import metrics_fold
 
 logger = logging.getLogger("halfmoon.archive")
@@ -85,11 +84,11 @@ def archive_prune(*, now_ms: int | None = None) -> dict[str, int]:
         empty when nothing is archived yet.
     """
     now = clock_ms() if now_ms is None else now_ms
-    mark = ArchiveWatermark.objects.filter(name=WATERMARK).first()
-    if mark is None:
+    archived_until = archived_until_or_none()
+    if archived_until is None:
         return {}
     bound = prune_bound(
-        archived_until_ms=mark.archived_until_timestamp,
+        archived_until_ms=archived_until,
         now_ms=now,
         file_reserved_ms=conf.file_reserved_ms,
     )
@@ -101,9 +100,7 @@ def archive_prune(*, now_ms: int | None = None) -> dict[str, int]:
     _op_messages_prune(bound, counts)
     _messages_prune(bound, counts)
     _delivery_events_prune(bound, counts)
-    ArchiveWatermark.objects.filter(name=WATERMARK, pruned_until_timestamp__lt=bound).update(
-        pruned_until_timestamp=bound
-    )
+    pruned_until_advance(bound)
     if counts:
         logger.info("pruned below %d: %s", bound, dict(counts))
     return dict(counts)

@@ -22,11 +22,11 @@ from broker.models import (
     TransactionState,
     now_ms,
 )
+from broker.plumbing.wakeups import check_requests_channel, wakeup_on_commit
 from broker.rules.checks import discard_reason, next_check_after_check
 from broker.services.checks.payload import CheckJob, check_payload
 from broker.services.checks.rate_limit import check_rate_limit
 from broker.services.transactions import transaction_discard
-from broker.services.wakeups import check_requests_channel, wakeup_on_commit
 
 logger = logging.getLogger("halfmoon.checks")
 

@@ -18,13 +18,13 @@ from celery import current_app
 
 from broker.conf import conf
 from broker.models import now_ms
+from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.checks import scan_lease_ttl_ms
 from broker.services.checks.checkpoint import checkpoint_advance
 from broker.services.checks.claim import check_claim
 from broker.services.checks.outcomes import check_outcomes_apply
 from broker.services.checks.transport import checks_send
-from broker.services.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
-from broker.services.ops import op_flush
+from broker.services.op_messages import op_flush
 
 logger = logging.getLogger("halfmoon.checks")
 

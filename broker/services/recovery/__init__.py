@@ -1,4 +1,4 @@
-"""Rebuilding the derived transaction state from the commit log (seed 003: RocketMQ 3.1's
+"""Rebuilding the derived transaction state from the commit log (RocketMQ 3.1's
 ``TransactionStateService.recreateStateTable`` rebuilds the transaction state table from its
 redo log after an abnormal shutdown).
 

@@ -1,4 +1,4 @@
-"""RocketMQ's transaction example (seed 000: ``TransactionProducer`` +
+"""RocketMQ's transaction example (``TransactionProducer`` +
 ``TransactionListenerImpl`` + a consumer of TranTest) against a running Halfmoon broker, over
 HTTP only::
 

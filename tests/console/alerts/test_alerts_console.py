@@ -21,7 +21,7 @@ from broker.models import (
     Transaction,
     now_ms,
 )
-from broker.selectors_alerts import BANNER_ALERTS, BANNER_QUERIES, banner
+from broker.selectors.alerts import BANNER_ALERTS, BANNER_QUERIES, banner
 from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
 from broker.services.transactions import transaction_end

@@ -1,4 +1,4 @@
-"""The overview's figures (``broker.selectors_overview``) over transactions seeded through the
+"""The overview's figures (``broker.selectors.overview``) over transactions seeded through the
 services at chosen times, and its page and JSON (``/console/``, ``/console/overview.json``)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from broker.models import ProducerGroup, Transaction, TransactionEvent
-from broker.selectors_overview import (
+from broker.selectors.overview import (
     BUCKET_MS,
     WINDOW_BUCKETS,
     OverviewWindow,

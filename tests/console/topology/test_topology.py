@@ -1,5 +1,5 @@
 """Topics, producer groups and consumer groups in the console: what a viewer sees, what an
-admin changes through the services, and the figures of ``broker.selectors_topology``."""
+admin changes through the services, and the figures of ``broker.selectors.topology``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from broker.constants import dlq_topic
 from broker.models import ConsumeQueue, ConsumerGroup, Delivery, Message, ProducerGroup, Topic
-from broker.selectors_topology import consumer_group_rows, producer_group_rows, topic_rows
+from broker.selectors.topology import consumer_group_rows, producer_group_rows, topic_rows
 from broker.services.admin import consumer_group_create, producer_group_create, topic_create
 from broker.services.consumers import messages_ack, messages_receive
 from broker.services.messages import message_send

@@ -7,7 +7,7 @@ from django.template import TemplateDoesNotExist
 from django.template.loader import select_template
 
 from broker.errors import NotFound
-from broker.selectors_console import transaction_timeline
+from broker.selectors.timeline import transaction_timeline
 from broker.services.consumers import messages_receive
 from broker.services.operator import transaction_operator_resolve
 from broker.services.transactions import transaction_prepare

@@ -8,11 +8,11 @@ import pytest
 from django.urls import reverse
 
 from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
-from broker.selectors_alerts import BANNER_QUERIES
-from broker.selectors_console import Cursor, stuck_page, stuck_transactions
+from broker.selectors.alerts import BANNER_QUERIES
+from broker.selectors.transactions import Cursor, stuck_page, stuck_transactions
 from broker.services.admin import producer_group_create, topic_create
 from broker.services.transactions import transaction_end
-from console.forms import TransactionFilterForm, filters_from_form
+from console.forms.transactions import TransactionFilterForm, filters_from_form
 from tests.console.transactions.conftest import stuck
 
 URL = "/console/transactions/"

@@ -17,8 +17,8 @@ from broker.models import (
     Transaction,
 )
 from broker.services import checks
+from broker.services.op_messages import op_flush
 from broker.services.operator import transaction_operator_resolve
-from broker.services.ops import op_flush
 from broker.services.transactions import transaction_discard, transaction_end
 from tests.services.checks.helpers import (
     checkpoints,

@@ -19,7 +19,7 @@ from broker.models import (
     Transaction,
     now_ms,
 )
-from broker.services import leases
+from broker.plumbing import leases
 from broker.services.admin import producer_group_create
 from broker.services.checks import claim, half_queue_scan, outcomes
 from broker.services.checks import scan as scan_module

@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 from broker.errors import InvalidInput
 from broker.models import ProducerGroup, TransactionEvent
 from broker.rules.check_targets import allowed_targets_parse
-from broker.selectors_console import transaction_timeline
+from broker.selectors.timeline import transaction_timeline
 from broker.services.admin import producer_group_create, producer_group_update
 from broker.services.checks.targets import CheckTargetRefused, PinnedTransport
 from tests.services.checks.helpers import journal, refreshed, url_group

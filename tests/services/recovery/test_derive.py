@@ -38,6 +38,7 @@ from broker.services.recovery.report import (
     RESOLUTION_ACTION,
     RESOLUTION_HALF_OFFSET,
     RESOLUTION_OP_OFFSET,
+    Difference,
 )
 
 pytestmark = pytest.mark.unit
@@ -171,6 +172,29 @@ def test_without_a_journal_row_the_row_is_believed_only_when_it_agrees_on_the_st
     assert resolver(_logs(op_named=OP_CLO), "ROLLED_BACK", None) == ("producer", None)
 
 
+def test_a_resumed_transaction_with_an_older_discard_copy_is_resolved_by_nobody():
+    resumed = _logs(discard=DiscardCopy(HALF_CLO - 10, "check_max", BORN - 60))
+    assert resolver(resumed, "PREPARED", None) == (None, None)
+    derived = _derive(resumed)
+    assert (derived.state, derived.resolved_by, derived.resolved_timestamp) == (
+        "PREPARED",
+        None,
+        None,
+    )
+    assert derived.columns["discard_reason"] == ""
+
+
+def test_the_derivation_believes_an_agreeing_row_on_who_resolved_when_the_journal_is_missing():
+    delivered = _logs(delivery=Delivery(3, BORN + 40), op_named=OP_CLO)
+    agreeing = {"state": "COMMITTED", "resolved_by": "operator", "resolved_timestamp": BORN + 30}
+    derived = _derive(delivered, agreeing)
+    assert (derived.resolved_by, derived.resolved_timestamp) == ("operator", BORN + 30)
+    assert (_derive(delivered).resolved_by, _derive(delivered).resolved_timestamp) == (
+        "producer",
+        BORN + 40,
+    )
+
+
 def test_a_discard_is_resolved_by_discard_at_the_copy_time_and_prepared_by_nobody():
     logs = _logs(discard=DiscardCopy(HALF_CLO + 10, "file_reserved_time", BORN + 60))
     assert resolver(logs, "DISCARDED", None) == ("discard", BORN + 60)
@@ -195,6 +219,15 @@ def test_check_times_count_the_checks_since_the_last_resume_in_insertion_order()
     )
     assert journal["T2"] == CheckJournal(check_times=1, last_check_timestamp=100)
     assert check_journal_fold([("T3", True, 400)])["T3"].check_times == 0
+
+
+def test_every_check_after_a_resume_counts():
+    journal = check_journal_fold(
+        [("T1", False, 100), ("T1", True, 200), ("T1", False, 300), ("T1", False, 400)]
+    )
+    assert journal["T1"] == CheckJournal(
+        check_times=2, last_check_timestamp=400, resumed_timestamp=200
+    )
 
 
 def test_a_prepared_transaction_is_due_at_its_first_check_then_an_interval_after_each():
@@ -252,6 +285,12 @@ def test_the_derived_columns_of_a_committed_transaction():
     assert derived.last_check_timestamp == BORN + 30
 
 
+def test_a_half_message_without_group_or_topic_properties_derives_empty_ones():
+    bare = _logs(half=_half(producer_group=None, real_topic=None, real_queue_id=None))
+    columns = _derive(bare).columns
+    assert (columns["producer_group"], columns["topic"], columns["queue_id"]) == ("", "", 0)
+
+
 def test_the_discard_reason_is_kept_only_while_discarded():
     discard = DiscardCopy(HALF_CLO + 10, "check_max", BORN + 60)
     assert _derive(_logs(discard=discard)).columns["discard_reason"] == "check_max"
@@ -264,7 +303,9 @@ def test_the_discard_reason_is_kept_only_while_discarded():
 
 def test_a_commit_journalled_with_nothing_delivered_is_not_repaired():
     conflict = journal_conflict(_logs(op_named=OP_CLO, resolution=_resolution(action="COMMIT")))
-    assert (conflict.field, conflict.repairable) == (DELIVERED_MESSAGE, False)
+    assert conflict == Difference(
+        "T1", DELIVERED_MESSAGE, None, "COMMIT journalled, none delivered", False
+    )
     plan = _compare(_logs(resolution=_resolution(action="COMMIT")), None)
     assert [d.field for d in plan.differences] == [DELIVERED_MESSAGE]
     assert not plan.create and not plan.resolution_create
@@ -272,12 +313,7 @@ def test_a_commit_journalled_with_nothing_delivered_is_not_repaired():
 
 def test_a_journal_row_for_another_half_offset_is_not_repaired():
     conflict = journal_conflict(_logs(resolution=_resolution(half_queue_offset=OFFSET + 1)))
-    assert (conflict.field, conflict.stored, conflict.derived, conflict.repairable) == (
-        RESOLUTION_HALF_OFFSET,
-        [0, OFFSET + 1],
-        [0, OFFSET],
-        False,
-    )
+    assert conflict == Difference("T1", RESOLUTION_HALF_OFFSET, [0, OFFSET + 1], [0, OFFSET], False)
     assert journal_conflict(_logs(resolution=_resolution())) is None
     assert journal_conflict(_logs()) is None
 
@@ -296,6 +332,11 @@ def test_the_journal_points_at_an_op_message_that_names_the_offset():
     assert journalled_op_offset(unflushed) is None  # op_flush names it again
     unknown = _logs(op_named=OP_CLO, resolution=_resolution())
     assert journalled_op_offset(unknown) == OP_CLO
+
+
+def test_with_no_journal_row_the_first_op_message_is_the_one_to_point_at():
+    assert journalled_op_offset(_logs(op_named=OP_CLO)) == OP_CLO
+    assert journalled_op_offset(_logs()) is None
 
 
 # Comparing with the stored row.

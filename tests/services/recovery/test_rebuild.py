@@ -32,7 +32,7 @@ from broker.models import (
 from broker.rules.op_body import op_body_parse
 from broker.services import checks
 from broker.services.admin import producer_group_create
-from broker.services.ops import op_flush, op_flush_all
+from broker.services.op_messages import op_flush, op_flush_all
 from broker.services.recovery import (
     COMPARED_FIELDS,
     DELIVERED_MESSAGE,

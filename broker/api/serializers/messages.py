@@ -1,0 +1,194 @@
+"""Serializers of messages: what a producer sends, what is stored and received, acks, and the
+back-check requests a polling producer takes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from rest_framework import serializers
+
+from broker.api.serializers.fields import NameField, StrictCharField, StrictIntegerField
+from broker.constants import (
+    RECEIVE_INVISIBLE_DURATION_MS,
+    RECEIVE_MAX_MESSAGES,
+    RECEIVE_WAIT_MS,
+    SEND_OK,
+)
+from broker.models import (
+    Message,
+)
+
+
+def body_fields(message: Message) -> dict[str, str]:
+    """``{"body": text}`` for a body sent as text, else ``{"body_base64": ...}``."""
+    raw = bytes(message.body)
+    if message.body_is_text:
+        return {"body": raw.decode("utf-8")}
+    return {"body_base64": base64.b64encode(raw).decode("ascii")}
+
+
+class MessageInSerializer(serializers.Serializer):
+    """A message as a producer sends it: exactly one of ``body`` or ``body_base64``.
+
+    The validated data are the send service's keyword arguments: ``topic``, ``tags``,
+    ``keys``, ``properties``, ``body`` (the decoded bytes) and ``body_is_text`` (whether it came
+    as ``body``), plus the fields a subclass adds.
+    """
+
+    topic = NameField()
+    tags = StrictCharField(max_length=255, required=False, allow_blank=True, default="")
+    keys = StrictCharField(max_length=1024, required=False, allow_blank=True, default="")
+    body = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+    body_base64 = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+    properties = serializers.DictField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        has_text, has_b64 = "body" in attrs, "body_base64" in attrs
+        if has_text == has_b64:
+            raise serializers.ValidationError({"body": "Send exactly one of body or body_base64."})
+        if has_text:
+            attrs["body"] = attrs["body"].encode("utf-8")
+            attrs["body_is_text"] = True
+        else:
+            try:
+                attrs["body"] = base64.b64decode(attrs.pop("body_base64"), validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise serializers.ValidationError({"body_base64": "Not valid base64."}) from exc
+            attrs["body_is_text"] = False
+        return attrs
+
+
+class MessageSendInSerializer(MessageInSerializer):
+    producer_group = NameField(required=False, help_text="Which of the key's producer groups sends")
+
+
+class MessageQuerySerializer(serializers.Serializer):
+    topic = NameField()
+    key = StrictCharField(max_length=1024)
+
+
+class ReceiveInSerializer(serializers.Serializer):
+    topic = NameField()
+    max_messages = StrictIntegerField(
+        min_value=RECEIVE_MAX_MESSAGES[0], max_value=RECEIVE_MAX_MESSAGES[1], default=32
+    )
+    invisible_duration_ms = StrictIntegerField(
+        min_value=RECEIVE_INVISIBLE_DURATION_MS[0],
+        max_value=RECEIVE_INVISIBLE_DURATION_MS[1],
+        default=30000,
+    )
+    wait_ms = StrictIntegerField(
+        min_value=RECEIVE_WAIT_MS[0], max_value=RECEIVE_WAIT_MS[1], default=0
+    )
+
+
+class AckInSerializer(serializers.Serializer):
+    receipt_handles = serializers.ListField(
+        child=StrictCharField(max_length=64), min_length=1, max_length=1024
+    )
+
+
+class CheckRequestsQuerySerializer(serializers.Serializer):
+    wait_ms = serializers.IntegerField(min_value=0, max_value=30000, default=0)
+    max_requests = serializers.IntegerField(min_value=1, max_value=32, default=32)
+
+
+class SendResultSerializer(serializers.Serializer):
+    """RocketMQ's SendResult of a normal message: SEND_OK and where the message is stored."""
+
+    status = serializers.CharField(default=SEND_OK)
+    msg_id = serializers.CharField()
+    topic = serializers.CharField()
+    queue_id = serializers.IntegerField()
+    queue_offset = serializers.IntegerField()
+    commit_log_offset = serializers.IntegerField()
+
+
+class MessageContentSerializer(serializers.Serializer):
+    """What the producer sent, in every output that shows a message: its msg_id, tags and
+    keys, exactly one of body / body_base64 (``body_fields``), properties and birth time."""
+
+    msg_id = serializers.CharField()
+    tags = serializers.CharField()
+    keys = serializers.CharField()
+    body = serializers.CharField(required=False)
+    body_base64 = serializers.CharField(required=False)
+    properties = serializers.DictField(child=serializers.CharField())
+    born_timestamp = serializers.IntegerField()
+
+
+class StoredMessageSerializer(MessageContentSerializer):
+    """A stored message: its content, where it is stored and when. Every declared field is
+    read from the ``Message`` of that name, the body as ``body_fields`` says."""
+
+    topic = serializers.CharField()
+    queue_id = serializers.IntegerField()
+    queue_offset = serializers.IntegerField()
+    store_timestamp = serializers.IntegerField()
+
+    def to_representation(self, instance: Message) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name in self.fields:
+            if name == "body":
+                out.update(body_fields(instance))
+            elif name != "body_base64":
+                out[name] = getattr(instance, name)
+        return out
+
+
+class MessageOutSerializer(StoredMessageSerializer):
+    """A stored message as its producer or an admin looks it up (RocketMQ viewMessage)."""
+
+    commit_log_offset = serializers.IntegerField()
+    producer_group = serializers.CharField()
+
+
+class ReceivedMessageSerializer(StoredMessageSerializer):
+    """A message handed to a consumer (``broker.services.consumers.Received``)."""
+
+    delivery_attempt = serializers.IntegerField()
+    receipt_handle = serializers.CharField()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        message = StoredMessageSerializer().to_representation(instance.message)
+        return {
+            **message,
+            "delivery_attempt": instance.delivery_attempt,
+            "receipt_handle": instance.receipt_handle,
+        }
+
+
+class ReceiveOutSerializer(serializers.Serializer):
+    messages = ReceivedMessageSerializer(many=True)
+
+
+class AckFailureSerializer(serializers.Serializer):
+    receipt_handle = serializers.CharField()
+    code = serializers.CharField()
+
+
+class AckOutSerializer(serializers.Serializer):
+    acked = serializers.IntegerField()
+    failed = AckFailureSerializer(many=True)
+
+
+class CheckRequestOutSerializer(MessageContentSerializer):
+    """A back-check, as POSTed to check_url or handed to a poller (api-v1, Back-check): the
+    half message's content and where it is stored, and the check's number."""
+
+    transaction_id = serializers.CharField()
+    producer_group = serializers.CharField()
+    topic = serializers.CharField()
+    check_times = serializers.IntegerField()
+    commit_log_offset = serializers.IntegerField()
+    half_queue_offset = serializers.IntegerField()
+
+
+class CheckRequestsOutSerializer(serializers.Serializer):
+    check_requests = CheckRequestOutSerializer(many=True)

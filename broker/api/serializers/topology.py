@@ -1,0 +1,95 @@
+"""Serializers of topics, producer groups and consumer groups."""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from rest_framework import serializers
+
+from broker.api.serializers.fields import NameField, StrictIntegerField, StrictURLField
+from broker.models import (
+    ConsumerGroup,
+    ProducerGroup,
+    Topic,
+)
+from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, system_topic_pattern
+from broker.services.admin import RESERVED_GROUP_PREFIXES
+
+
+class NewNameInSerializer(serializers.Serializer):
+    """A create body whose ``name`` may not be one the broker keeps for itself: the service
+    refuses those (400), and the subclass's ``reserved_name_pattern`` (a regular expression)
+    says which for the OpenAPI document (``broker.api.schema.NewNameSchema``)."""
+
+    reserved_name_pattern: ClassVar[str]
+    name = NameField()
+
+
+class TopicInSerializer(NewNameInSerializer):
+    reserved_name_pattern = system_topic_pattern()  # broker.rules.topics.is_system_topic
+    queue_nums = StrictIntegerField(min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, default=4)
+
+
+RESERVED_GROUP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in RESERVED_GROUP_PREFIXES) + ")"
+"""The group names ``broker.services.admin.group_name_validate`` refuses (reserved_group)."""
+
+
+class ProducerGroupInSerializer(NewNameInSerializer):
+    reserved_name_pattern = RESERVED_GROUP_PATTERN
+    check_url = StrictURLField(max_length=2048, allow_null=True, required=False, default=None)
+
+
+class ProducerGroupPatchSerializer(serializers.Serializer):
+    check_url = StrictURLField(max_length=2048, allow_null=True)
+
+
+class ConsumerGroupInSerializer(NewNameInSerializer):
+    reserved_name_pattern = RESERVED_GROUP_PATTERN
+    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
+
+
+class TopicOutSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Topic
+        fields = ["name", "queue_nums", "created_timestamp"]
+
+
+class QueueOffsetsSerializer(serializers.Serializer):
+    queue_id = serializers.IntegerField()
+    min_offset = serializers.IntegerField()
+    max_offset = serializers.IntegerField()
+
+
+class TopicDetailOutSerializer(TopicOutSerializer):
+    queues = QueueOffsetsSerializer(many=True, read_only=True)
+
+    class Meta(TopicOutSerializer.Meta):
+        fields = [*TopicOutSerializer.Meta.fields, "queues"]
+
+
+class ProducerGroupOutSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ProducerGroup
+        fields = [
+            "name",
+            "check_url",
+            "created_timestamp",
+            "unreachable_since",
+            "last_check_error",
+            "last_poll_timestamp",
+            "check_failures",
+            "check_backoff_until",
+        ]
+
+
+class ProducerGroupCreatedSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ProducerGroup
+        fields = ["name", "check_url", "check_secret", "created_timestamp"]
+
+
+class ConsumerGroupOutSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ConsumerGroup
+        fields = ["name", "max_delivery_attempts", "created_timestamp"]

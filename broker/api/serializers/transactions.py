@@ -1,0 +1,174 @@
+"""Serializers of transactions: prepare, end, resolve, resume-check, lists and timelines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from broker.api.serializers.fields import (
+    CompiledRegexValidator,
+    NameField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictChoiceField,
+    StrictIntegerField,
+    msg_id_validator,
+)
+from broker.api.serializers.messages import MessageInSerializer
+from broker.constants import (
+    SEND_OK,
+)
+from broker.models import (
+    Transaction,
+)
+from broker.rules.states import END_ACTIONS, RESOLVING_ACTIONS, TransactionState
+from broker.services.audit import REASON_MAX_LENGTH
+
+
+class TransactionPrepareInSerializer(MessageInSerializer):
+    producer_group = NameField()
+    msg_id = StrictCharField(required=False, validators=[msg_id_validator])
+    check_immunity_seconds = StrictIntegerField(required=False, allow_null=True)
+
+
+class TransactionEndInSerializer(serializers.Serializer):
+    producer_group = NameField()
+    action = StrictChoiceField(choices=END_ACTIONS)
+    from_transaction_check = StrictBooleanField(required=False, default=False)
+    remark = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, default=None, max_length=1024
+    )
+
+
+class TransactionResolveInSerializer(serializers.Serializer):
+    """An operator's resolution (admin key): commit or roll back, and why."""
+
+    action = StrictChoiceField(choices=RESOLVING_ACTIONS)
+    reason = StrictCharField(
+        max_length=REASON_MAX_LENGTH,
+        # Not blank: something besides whitespace (the service's reason_required), no NUL.
+        validators=[CompiledRegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
+        help_text="Why (required, not blank): kept in the audit trail with the access key's name.",
+    )
+
+
+class TransactionResolveInputSerializer(TransactionResolveInSerializer):
+    """What the resolve view validates: a missing, null or blank ``reason`` passes through to
+    ``transaction_operator_resolve``, which answers 400 ``reason_required`` for all three."""
+
+    reason = StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=REASON_MAX_LENGTH,
+    )
+
+
+class TransactionResumeCheckInSerializer(serializers.Serializer):
+    """An operator's resume-check (admin key): the body is optional (api-v1), its reason too."""
+
+    reason = StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=REASON_MAX_LENGTH,
+        help_text="Why (optional): kept in the audit log with the access key's name.",
+    )
+
+
+class TransactionListQuerySerializer(serializers.Serializer):
+    state = StrictChoiceField(choices=TransactionState.values, required=False)
+    producer_group = NameField(required=False)
+    topic = NameField(required=False)
+
+
+TRANSACTION_PAGE_DEFAULT = 100
+
+TRANSACTION_PAGE_MAX = 1000
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """A page of ``GET /api/v1/transactions``: ``page`` (from 1) and ``page_size`` (1 to
+    ``TRANSACTION_PAGE_MAX``), integers in the query string; anything else is 400."""
+
+    page = serializers.IntegerField(min_value=1, required=False)
+    page_size = serializers.IntegerField(
+        min_value=1, max_value=TRANSACTION_PAGE_MAX, required=False
+    )
+
+
+class TransactionPrepareOutSerializer(serializers.Serializer):
+    """The SendResult of a half message: its transaction id (= msg_id), where the half message
+    is stored, and the transaction's state."""
+
+    status = serializers.CharField(default=SEND_OK)
+    transaction_id = serializers.CharField()
+    msg_id = serializers.CharField(source="transaction_id")
+    commit_log_offset = serializers.IntegerField(source="half_commit_log_offset")
+    half_queue_offset = serializers.IntegerField()
+    state = serializers.CharField()
+
+
+class TransactionEndOutSerializer(serializers.Serializer):
+    """``{"transaction_id", "state"}``, plus where the message went once COMMITTED."""
+
+    transaction_id = serializers.CharField()
+    state = serializers.CharField()
+    msg_id = serializers.CharField(required=False)
+    topic = serializers.CharField(required=False)
+    queue_id = serializers.IntegerField(required=False)
+    queue_offset = serializers.IntegerField(required=False)
+
+    def to_representation(self, instance: Transaction) -> dict[str, Any]:
+        out: dict[str, Any] = {"transaction_id": instance.transaction_id, "state": instance.state}
+        if instance.state == TransactionState.COMMITTED:
+            out.update(
+                msg_id=instance.transaction_id,
+                topic=instance.topic,
+                queue_id=instance.queue_id,
+                queue_offset=instance.queue_offset,
+            )
+        return out
+
+
+class TransactionOutSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Transaction
+        fields = [
+            "transaction_id",
+            "producer_group",
+            "topic",
+            "tags",
+            "keys",
+            "state",
+            "check_times",
+            "born_timestamp",
+            "resolved_timestamp",
+            "resolved_by",
+            "next_check_timestamp",
+            "discard_reason",
+        ]
+
+
+class TimelineEntrySerializer(serializers.Serializer):
+    """One fact of a transaction's history (``broker.selectors.timeline.TimelineEntry``):
+    ``timestamp`` ms since the epoch (null when not journalled), ``kind``, ``title``,
+    ``actor`` (who caused it, or "") and the journal's ``detail``."""
+
+    timestamp = serializers.IntegerField(allow_null=True)
+    kind = serializers.CharField()
+    title = serializers.CharField()
+    actor = serializers.CharField(allow_blank=True)
+    detail = serializers.DictField()
+
+
+class TransactionTimelineOutSerializer(serializers.Serializer):
+    """``GET /api/v1/transactions/{id}/timeline``: the transaction's id and current state, and
+    its timeline, oldest first."""
+
+    transaction_id = serializers.CharField()
+    state = serializers.CharField()
+    timeline = TimelineEntrySerializer(many=True)

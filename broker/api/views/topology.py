@@ -1,0 +1,104 @@
+"""api-v1 topics, producer groups and consumer groups (admin key for writes)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from broker.api.permissions import (
+    IsAdminKey,
+)
+from broker.api.serializers.topology import (
+    ConsumerGroupInSerializer,
+    ConsumerGroupOutSerializer,
+    ProducerGroupCreatedSerializer,
+    ProducerGroupInSerializer,
+    ProducerGroupOutSerializer,
+    ProducerGroupPatchSerializer,
+    TopicDetailOutSerializer,
+    TopicInSerializer,
+    TopicOutSerializer,
+)
+from broker.api.shapes import validated
+from broker.api.views.base import AdminListCreateView, error_responses
+from broker.selectors.topology import (
+    consumer_group_list,
+    producer_group_get,
+    producer_group_list,
+    topic_get,
+    topic_list,
+    topic_queue_offsets,
+)
+from broker.services import admin
+
+
+class TopicListCreateView(AdminListCreateView):
+    """User topics (system topics are not listed); a new one gets its consume queues."""
+
+    in_serializer = TopicInSerializer
+    out_serializer = TopicOutSerializer
+    list_summary = "List topics"
+    create_summary = "Create a topic"
+    rows = staticmethod(topic_list)
+    create = staticmethod(admin.topic_create)
+
+
+class TopicDetailView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        responses={200: TopicDetailOutSerializer, **error_responses(404)},
+        summary="A topic with each queue's min and max offset",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        topic = topic_get(name)
+        topic.queues = topic_queue_offsets(topic)
+        return Response(TopicDetailOutSerializer(topic).data)
+
+
+class ProducerGroupListCreateView(AdminListCreateView):
+    """Producer groups: the back-check target (check_url, or polling) of their half messages."""
+
+    in_serializer = ProducerGroupInSerializer
+    out_serializer = ProducerGroupOutSerializer
+    created_serializer = ProducerGroupCreatedSerializer
+    list_summary = "List producer groups"
+    create_summary = "Create a producer group (its check_secret is shown in this answer only)"
+    rows = staticmethod(producer_group_list)
+    create = staticmethod(admin.producer_group_create)
+
+
+class ProducerGroupDetailView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        responses={200: ProducerGroupOutSerializer, **error_responses(404)},
+        summary="A producer group",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(ProducerGroupOutSerializer(producer_group_get(name)).data)
+
+    @extend_schema(
+        request=ProducerGroupPatchSerializer,
+        responses={200: ProducerGroupOutSerializer, **error_responses(404, 413)},
+        summary="Change a producer group's check_url",
+        description="The body is validated whole: `check_url` is required (null: the group's "
+        "producers poll for checks).",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = validated(ProducerGroupPatchSerializer, request.data)
+        group = admin.producer_group_update(name=name, check_url=data["check_url"])
+        return Response(ProducerGroupOutSerializer(group).data)
+
+
+class ConsumerGroupListCreateView(AdminListCreateView):
+    """Consumer groups: each has its own queue offsets and dead-letter topic %DLQ%{group}."""
+
+    in_serializer = ConsumerGroupInSerializer
+    out_serializer = ConsumerGroupOutSerializer
+    list_summary = "List consumer groups"
+    create_summary = "Create a consumer group"
+    rows = staticmethod(consumer_group_list)
+    create = staticmethod(admin.consumer_group_create)

@@ -1,0 +1,46 @@
+"""Reads of stored messages: one by msg id, those of a key."""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from broker.errors import not_found
+from broker.models import Message
+from broker.rules.topics import is_system_topic
+
+
+def message_get(msg_id: str, *, producer_groups: list[str] | None = None) -> Message:
+    """The message with ``msg_id`` as consumers see it: the delivered copy on a user topic if
+    there is one, else the newest stored message with that id (a half message, a DLQ copy).
+
+    ``producer_groups`` None means any group (admin); otherwise only messages those groups sent.
+
+    Raises:
+        NotFound: ``message_not_found`` (also when it exists but belongs to another group).
+    """
+    qs = Message.objects.filter(msg_id=msg_id)
+    if producer_groups is not None:
+        qs = qs.filter(producer_group__in=producer_groups)
+    messages = list(qs.order_by("commit_log_offset"))
+    for message in messages:
+        if not is_system_topic(message.topic):
+            return message
+    if messages:
+        return messages[-1]
+    raise not_found("message", msg_id)
+
+
+def messages_by_key(
+    *, topic: str, key: str, producer_groups: list[str] | None = None
+) -> QuerySet[Message]:
+    """Messages of ``topic`` whose space-separated ``keys`` contain ``key`` (RocketMQ
+    queryMessage by key), oldest first."""
+    qs = Message.objects.filter(topic=topic).filter(
+        Q(keys=key)
+        | Q(keys__startswith=f"{key} ")
+        | Q(keys__endswith=f" {key}")
+        | Q(keys__contains=f" {key} ")
+    )
+    if producer_groups is not None:
+        qs = qs.filter(producer_group__in=producer_groups)
+    return qs.order_by("commit_log_offset")
