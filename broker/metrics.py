@@ -30,12 +30,8 @@ from broker.selectors.metrics import (
     half_messages_by_topic,
     resolution_counts,
 )
-from broker.selectors.overview import (
-    GroupReachability,
-    oldest_pending_per_group,
-    pending_check_times_by_group,
-    producer_group_reachability,
-)
+from broker.selectors.overview import oldest_pending_per_group, pending_check_times_by_group
+from broker.selectors.reachability import GroupReachability, producer_group_reachability
 from broker.selectors.topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 

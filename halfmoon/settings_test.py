@@ -11,7 +11,7 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
 # Production settings (DJANGO_DEBUG off) need a key of their own to serve (halfmoon.security);
 # the processes the tests start inherit it.
 os.environ.setdefault("DJANGO_SECRET_KEY", "halfmoon-tests-key-not-secret")
-# Spark on two local threads (the issue's local[2]); the tests' archives go to tmp paths.
+# Spark on two local threads (local[2]); the tests' archives go to tmp paths.
 os.environ.setdefault("HALFMOON_SPARK_MASTER", "local[2]")
 os.environ.setdefault("HALFMOON_SPARK_DRIVER_MEMORY", "1g")
 

@@ -43,10 +43,9 @@ from broker.rules.states import RESOLVING_ACTIONS
 from broker.services.messages import message_plan
 from broker.services.resolution import PreparedEnd, transactions_resolve_prepared
 from broker.services.storage import messages_store, new_msg_id
+from broker.services.transaction_end import end_resolved_by, transaction_end
 from broker.services.transactions import (
     HalfPlan,
-    end_resolved_by,
-    transaction_end,
     transaction_plan,
     transaction_prepare,
     transactions_store,

@@ -41,7 +41,8 @@ from broker.models import (
     now_ms,
 )
 from broker.rules.topics import is_undeliverable_topic
-from broker.services.storage import message_copy, statement_cursor
+from broker.services.sql import statement_cursor
+from broker.services.storage import message_copy
 
 _Row = TypeVar("_Row")
 

@@ -49,13 +49,10 @@ from broker.services.audit import (
     reason_checked,
     state_refusal,
 )
-from broker.services.resolution import (
-    transaction_announce,
-    transaction_event_record,
-    transaction_resolve_locked,
-)
+from broker.services.resolution import transaction_resolve_locked
 from broker.services.storage import message_copy
-from broker.services.transactions import transaction_get_locked
+from broker.services.transaction_end import transaction_get_locked
+from broker.services.transaction_events import transaction_announce, transaction_event_record
 from broker.services.validation import action_validate
 
 logger = logging.getLogger("halfmoon.operator")

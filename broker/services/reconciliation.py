@@ -50,7 +50,6 @@ from django.db import transaction
 from broker.conf import conf
 from broker.errors import Conflict, InvalidInput
 from broker.models import (
-    ArchiveSegment,
     ReconciliationAnalytics,
     ReconciliationAnomaly,
     ReconciliationRun,
@@ -61,18 +60,28 @@ from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, leas
 from broker.rules.anomalies import ReconcileParams, settle_ms
 from broker.rules.audit import iso_utc
 from broker.selectors.reconciliation import half_message_first_stored
-from broker.services.archive.watermark import archived_until_or_none
+from broker.services.reconciliation_window import reconciliation_params, reconciliation_window
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     from broker.pipeline.progress import ProgressEvent
     from broker.pipeline.result import ReconcileResult
 
+
 logger = logging.getLogger("halfmoon.reconciliation")
 
+
 RECONCILE_TASK = "tasks.pipeline.reconcile"
+
+
 RECONCILE_LEASE = "reconcile"
+
+
 LEASE_TTL_MS = 60_000  # renewed every 20 s while the job runs; a dead runner frees it in 60 s
+
+
 STORE_BATCH = 1000  # anomalies or analytics rows per INSERT (~1 MB of evidence at most)
+
+
 SKIP_CODES = ("archive_empty", "nothing_to_reconcile")  # refusals of the default window
 
 
@@ -93,86 +102,6 @@ class ReconciliationSkipped(InvalidInput):
             },
         )
         self.run = run
-
-
-def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> ReconcileParams:
-    """The job's parameters for this window, with the broker's settings now
-    (``broker.conf``): check max, check interval, transaction timeout, file reserved time,
-    visibility SLA and scan interval (all ms but the check max)."""
-    return ReconcileParams(
-        since_ms=since_ms,
-        until_ms=until_ms,
-        as_of_ms=as_of_ms,
-        transaction_check_max=conf.transaction_check_max,
-        transaction_check_interval_ms=conf.transaction_check_interval_ms,
-        transaction_timeout_ms=conf.transaction_timeout_ms,
-        file_reserved_ms=conf.file_reserved_ms,
-        visibility_sla_ms=conf.visibility_sla_ms,
-        check_scan_interval_ms=conf.check_scan_interval_ms,
-    )
-
-
-def _archived_until() -> int:
-    """``as_of``: how far the archive reaches (ms). Raises InvalidInput ``archive_empty``."""
-    as_of = archived_until_or_none()
-    if not as_of:
-        raise InvalidInput(
-            "Nothing is archived yet: the reconciliation reads the archive, which the archive "
-            "export (beat, or manage.py archive) writes first.",
-            code="archive_empty",
-        )
-    return as_of
-
-
-def _default_since() -> int | None:
-    """The latest ``until`` of the SUCCEEDED runs, else the first archived segment's start (ms)."""
-    last = (
-        ReconciliationRun.objects.filter(state=ReconciliationRun.State.SUCCEEDED)
-        .order_by("-until_timestamp")
-        .values_list("until_timestamp", flat=True)
-        .first()
-    )
-    if last is not None:
-        return last
-    return (
-        ArchiveSegment.objects.order_by("start_timestamp")
-        .values_list("start_timestamp", flat=True)
-        .first()
-    )
-
-
-def reconciliation_window(
-    *, since_ms: int | None = None, until_ms: int | None = None
-) -> ReconcileParams:
-    """The parameters of a run over ``[since_ms, until_ms)`` (defaults and rules in the
-    module's docstring), as of the archive's watermark now.
-
-    Raises:
-        InvalidInput: ``archive_empty`` (nothing archived yet), ``until_past_archive``
-            (``until_ms`` > as_of; ``details``: until, as_of), ``nothing_to_reconcile``
-            (the window is empty: ``since >= until``; ``details``: since, until, as_of).
-    """
-    as_of = _archived_until()
-    params = reconciliation_params(since_ms=0, until_ms=as_of, as_of_ms=as_of)
-    if until_ms is None:
-        until_ms = as_of - settle_ms(params)
-    elif until_ms > as_of:
-        raise InvalidInput(
-            f"until {until_ms} is past what the archive holds ({as_of}): archive first, or ask "
-            "for an earlier until.",
-            code="until_past_archive",
-            details={"until": until_ms, "as_of": as_of},
-        )
-    if since_ms is None:
-        since_ms = _default_since()
-    if since_ms is None or since_ms >= until_ms:
-        raise InvalidInput(
-            "Nothing to reconcile: no transaction can have settled since the last run "
-            "(the window [since, until) is empty).",
-            code="nothing_to_reconcile",
-            details={"since": since_ms, "until": until_ms, "as_of": as_of},
-        )
-    return dataclasses.replace(params, since_ms=since_ms, until_ms=until_ms)
 
 
 def _interrupted_runs_fail() -> int:

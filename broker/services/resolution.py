@@ -5,7 +5,7 @@ TransactionalMessageServiceImpl.deletePrepareMessage,
 AbstractTransactionalMessageCheckListener.resolveDiscardMsg).
 
 Every function here runs inside the caller's database transaction with the transaction row
-locked (``broker.services.transactions.transaction_get_locked``).
+locked (``broker.services.transaction_end.transaction_get_locked``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_NOT_TYPE,
 )
 from broker.models import Message, Resolution, Transaction, TransactionEvent, now_ms
-from broker.plumbing.events import TransactionChange, transaction_changes_publish
 from broker.rules.states import (
     ResolvedBy,
     ResolvingAction,
@@ -39,15 +38,16 @@ from broker.rules.states import (
     state_of_action,
 )
 from broker.services.op_messages import op_buffer_note, op_buffer_notes
-from broker.services.storage import (
-    message_copy,
-    message_deliver_cte,
-    message_visible_on_commit,
-    rows_cte,
-    statement_cursor,
+from broker.services.sql import rows_cte, statement_cursor
+from broker.services.storage import message_copy, message_deliver_cte, message_visible_on_commit
+from broker.services.transaction_events import (
+    transaction_announce,
+    transaction_event_record,
+    transactions_announce,
 )
 
 logger = logging.getLogger("halfmoon.transactions")
+
 
 # Properties stripped when a half message is re-stored on its real topic
 # (EndTransactionProcessor.endMessageTransaction clears REAL_TOPIC and REAL_QID).
@@ -156,7 +156,7 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
         another producer group, not PREPARED, a missing half message or real queue, or a
         constraint refusing a second resolution (then nothing of the statement is written and
         the result is empty). The caller takes the locked path for those
-        (``broker.services.transactions.transaction_end``), which answers each as the contract
+        (``broker.services.transaction_end.transaction_end``), which answers each as the contract
         says (404, 403, 200 for the same action again, 409).
 
     Raises:
@@ -376,59 +376,3 @@ def _transaction_close(
     tx.save(
         update_fields=["state", "resolved_by", "resolved_timestamp", "next_check_timestamp", *also]
     )
-
-
-def transaction_event_record(
-    tx: Transaction,
-    kind: str,
-    *,
-    timestamp: int,
-    actor: str,
-    outcome: str = "",
-    detail: dict[str, Any] | None = None,
-) -> TransactionEvent:
-    """Append a ``TransactionEvent`` of ``kind`` (a ``TransactionEvent.Kind``) for ``tx`` to
-    the check and operator journal, with the transaction's current ``check_times``.
-
-    ``timestamp`` is in ms; ``actor`` says who (``scan``, ``check``, ``operator:<key name>``);
-    ``outcome`` and ``detail`` as the model documents them for each kind.
-    """
-    return TransactionEvent.objects.create(
-        transaction_id=tx.pk,
-        kind=kind,
-        timestamp=timestamp,
-        check_times=tx.check_times,
-        outcome=outcome,
-        actor=actor,
-        detail=detail or {},
-    )
-
-
-def transaction_announce(tx: Transaction, kind: str) -> None:
-    """After the current database transaction commits, announce that ``tx`` changed
-    (``transactions_announce`` of one transaction)."""
-    transactions_announce([tx], kind)
-
-
-def transactions_announce(txs: Sequence[Transaction], kind: str) -> None:
-    """After the current database transaction commits, announce that each of ``txs`` changed
-    (``broker.plumbing.events``; the console relays it), in order, with one hand-over to the publisher
-    however many they are. ``kind``: prepared, resolved, discarded, resumed, check_sent,
-    check_undelivered, check_requested. Nothing is announced for a write that rolls back."""
-    if not txs:
-        return
-    timestamp = now_ms()
-    events = [
-        TransactionChange(
-            type="transaction.event",
-            kind=kind,
-            transaction_id=tx.transaction_id,
-            producer_group=tx.producer_group,
-            topic=tx.topic,
-            state=tx.state,
-            check_times=tx.check_times,
-            timestamp=timestamp,
-        )
-        for tx in txs
-    ]
-    transaction.on_commit(lambda: transaction_changes_publish(events))

@@ -27,6 +27,7 @@ from broker.lookups import access_key_by_hash
 from broker.models import AccessKey
 from broker.services.admin import access_key_create, access_key_update, token_hash
 from tests.conftest import client_for
+from tests.e2e.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def authenticating_process(token: str, **env: str) -> subprocess.Popen[str]:
     environment = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{connection.settings_dict['NAME']}",
+        "DATABASE_URL": database_url(connection.settings_dict["NAME"]),
         "REDIS_URL": django_settings.REDIS_URL,
         "HALFMOON_DB_POOL": "0",
         **env,

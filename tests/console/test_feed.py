@@ -30,7 +30,8 @@ from broker.plumbing.events import (
     bulk_action_progress_publish,
 )
 from broker.services.batch import transaction_end_batch, transaction_prepare_batch
-from broker.services.transactions import transaction_end, transaction_prepare
+from broker.services.transaction_end import transaction_end
+from broker.services.transactions import transaction_prepare
 from halfmoon.asgi import application
 
 ORIGIN = (b"origin", b"http://127.0.0.1")

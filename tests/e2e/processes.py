@@ -46,6 +46,14 @@ _TESTS_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.
 PG_ADMIN_URL = "postgresql://" + _TESTS_DATABASE_URL.partition("://")[2]
 """The tests' PostgreSQL server (``DATABASE_URL``, as halfmoon.settings_test and bin/test set
 it: the machine's on 5432, or bin/test's embedded one), its maintenance database."""
+
+
+def database_url(name: str, scheme: str = "postgres") -> str:
+    """The URL of database ``name`` on the tests' PostgreSQL server (``PG_ADMIN_URL``'s host,
+    port and user)."""
+    return urllib.parse.urlsplit(PG_ADMIN_URL)._replace(scheme=scheme, path=f"/{name}").geturl()
+
+
 PORTS = range(18000, 18050)
 STARTUP_TIMEOUT_S = 60
 CHROMIUM = Path("/usr/bin/chromium")
@@ -394,9 +402,8 @@ def pg_database(name: str) -> Iterator[str]:
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    server = urllib.parse.urlsplit(PG_ADMIN_URL)
     try:
-        yield server._replace(scheme="postgres", path=f"/{name}").geturl()
+        yield database_url(name)
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -32,7 +32,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.e2e.processes import broker_env
+from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -42,8 +42,8 @@ VENV_BIN = Path(sys.executable).parent
 CELERY = str(VENV_BIN / "celery")
 PYTHON = sys.executable
 DB_NAME = "halfmoon_crash"
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-PG_CRASH = f"postgresql://postgres@127.0.0.1:5432/{DB_NAME}"
+PG_ADMIN = PG_ADMIN_URL
+PG_CRASH = database_url(DB_NAME, "postgresql")
 REDIS_URL = "redis://127.0.0.1:6379/7"
 TRANSACTIONS = 50
 TOPIC = "CrashTopic"
@@ -141,7 +141,7 @@ def crash_env(tmp_path):
     _recreate_database()
     redis.Redis.from_url(REDIS_URL).flushdb()
     env = broker_env(
-        database_url=f"postgres://postgres@127.0.0.1:5432/{DB_NAME}",
+        database_url=database_url(DB_NAME),
         redis_url=REDIS_URL,
         var_dir=tmp_path / "var",
         settings={

@@ -46,7 +46,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.e2e.processes import broker_env
+from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -54,7 +54,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
 PYTHON = sys.executable
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PG_ADMIN = PG_ADMIN_URL
 TEMPLATE_DB = "halfmoon_scan_tpl"
 REDIS_URL = "redis://127.0.0.1:6379/8"
 REFUSED_PORT = 18101  # held by a bound, never-listening socket: connection refused
@@ -265,9 +265,7 @@ class Cluster:
         redis.Redis.from_url(REDIS_URL).flushdb()
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with psycopg.connect(
-            f"postgresql://postgres@127.0.0.1:5432/{self.db}", autocommit=True
-        ) as conn:
+        with psycopg.connect(database_url(self.db, "postgresql"), autocommit=True) as conn:
             return conn.execute(sql, params).fetchall()
 
     # processes
@@ -365,7 +363,7 @@ class Cluster:
 
 def cluster_env(db: str, var_dir: Path, settings: dict[str, str]) -> dict[str, str]:
     return broker_env(
-        database_url=f"postgres://postgres@127.0.0.1:5432/{db}",
+        database_url=database_url(db),
         redis_url=REDIS_URL,
         var_dir=var_dir,
         settings={

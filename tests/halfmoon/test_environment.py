@@ -8,7 +8,7 @@ from halfmoon.env import env_bool, env_int, env_raw, env_str
 
 
 def test_the_suite_runs_on_postgresql():
-    """The tests talk to real PostgreSQL, never the embedded SQLite default."""
+    """The tests talk to real PostgreSQL (the only database the settings accept)."""
     assert settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
 

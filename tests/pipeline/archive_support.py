@@ -35,11 +35,8 @@ from broker.services.checks.outcomes import check_delivered_record
 from broker.services.consumers import messages_ack, messages_receive
 from broker.services.messages import message_send
 from broker.services.op_messages import op_flush
-from broker.services.transactions import (
-    transaction_discard,
-    transaction_end,
-    transaction_get_locked,
-)
+from broker.services.resolution import transaction_discard
+from broker.services.transaction_end import transaction_end, transaction_get_locked
 from tests.support import prepare
 
 HOUR_MS = 3_600_000

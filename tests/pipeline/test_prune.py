@@ -33,7 +33,7 @@ from broker.services.consumers import messages_receive
 from broker.services.messages import message_send
 from broker.services.metrics import metrics_fold
 from broker.services.recovery import transactions_rebuild
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.console.conftest import signed_in
 from tests.pipeline.archive_support import (
     HOUR_MS,

@@ -15,7 +15,7 @@ from broker.services.operator import (
     transaction_check_now,
     transaction_operator_resolve,
 )
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.support import prepare
 
 

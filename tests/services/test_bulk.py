@@ -17,7 +17,7 @@ from broker.services.bulk import (
     bulk_run,
 )
 from broker.services.recovery import transactions_rebuild
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tasks.console import bulk_action_run
 from tests.services.test_operator import discarded
 from tests.support import prepare

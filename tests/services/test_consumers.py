@@ -19,7 +19,7 @@ from broker.models import Delivery, DeliveryEvent, Message, now_ms
 from broker.services.admin import consumer_group_create, topic_create
 from broker.services.consumers import messages_ack, messages_receive
 from broker.services.messages import message_send
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.support import prepare
 
 INVISIBLE = 10_000

@@ -33,7 +33,7 @@ from broker.services.admin import producer_group_create, topic_create
 from broker.services.metrics import HORIZON_LOCK_TIMEOUT_MS, metrics_rollup_reset
 from broker.services.operator import transaction_operator_resolve, transaction_resume_check
 from broker.services.resolution import transaction_discard
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.support import prepare
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

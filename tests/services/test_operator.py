@@ -45,10 +45,8 @@ from broker.services.operator import (
     transaction_resume_check,
 )
 from broker.services.recovery import transactions_rebuild
-from broker.services.transactions import (
-    transaction_discard,
-    transaction_end,
-)
+from broker.services.resolution import transaction_discard
+from broker.services.transaction_end import transaction_end
 from tests.api_helpers import assert_error, post
 from tests.services.test_races import _run_together
 from tests.support import CheckServer, answer_state, prepare, round_at

@@ -1,6 +1,6 @@
 """PostgreSQL plans the broker's per-send and per-end statements once per connection
 (``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): their parameters are bound
-server-side (``broker.services.storage.statement_cursor``) and psycopg prepares a statement
+server-side (``broker.services.sql.statement_cursor``) and psycopg prepares a statement
 once it has run that many times on a connection. Without it each
 send and each end re-plans its whole CTE (1.5-2.5 ms of PostgreSQL CPU apiece on these
 machines, docs/operations.md "Prepared statements")."""
@@ -44,7 +44,7 @@ def test_a_send_and_an_end_run_often_are_prepared_statements(owner, topic, produ
 
 def plan_of(sql: str, params: list) -> str:
     """PostgreSQL's plan of ``sql`` (EXPLAIN, parameters bound server-side as a send's)."""
-    from broker.services.storage import statement_cursor
+    from broker.services.sql import statement_cursor
 
     with statement_cursor() as cursor:
         cursor.execute(f"EXPLAIN {sql}", params)

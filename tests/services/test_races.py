@@ -21,7 +21,8 @@ from broker.services import checks
 from broker.services.admin import access_key_create, producer_group_create, topic_create
 from broker.services.messages import message_send
 from broker.services.op_messages import op_flush
-from broker.services.transactions import transaction_end, transaction_prepare
+from broker.services.transaction_end import transaction_end
+from broker.services.transactions import transaction_prepare
 from tests.support import prepare
 
 pytestmark = pytest.mark.django_db(transaction=True)

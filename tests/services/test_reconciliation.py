@@ -36,12 +36,12 @@ from broker.services.reconciliation import (
     RECONCILE_LEASE,
     RECONCILE_TASK,
     ReconciliationSkipped,
-    reconciliation_params,
     reconciliation_result_store,
     reconciliation_run,
+    reconciliation_run_queue,
     reconciliation_run_scheduled,
-    reconciliation_window,
 )
+from broker.services.reconciliation_window import reconciliation_params, reconciliation_window
 from tasks.celery import app as celery_app
 from tests.services.reconciliation_runs import (  # the fixture fake_job, too
     HOUR,
@@ -398,7 +398,7 @@ def test_run_now_queues_the_task_with_its_trigger_once_committed(
 
     monkeypatch.setattr(service, "current_app", App())
     with django_capture_on_commit_callbacks(execute=False) as queued:
-        service.reconciliation_run_queue(trigger="console:alice")
+        reconciliation_run_queue(trigger="console:alice")
     assert sent == [] and len(queued) == 1  # nothing is sent before the commit
 
     queued[0]()

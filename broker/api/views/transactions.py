@@ -37,7 +37,9 @@ from broker.api.views.base import error_responses
 from broker.errors import Forbidden
 from broker.selectors.timeline import transaction_timeline
 from broker.selectors.transactions import transaction_get, transaction_list
-from broker.services import operator, transactions
+from broker.services import operator
+from broker.services.transaction_end import transaction_end
+from broker.services.transactions import transaction_prepare
 
 
 class TransactionPagination(PageNumberPagination):
@@ -84,7 +86,7 @@ class TransactionListCreateView(APIView):
     def post(self, request: Request) -> Response:
         data = validated(TransactionPrepareInSerializer, request.data)
         require_producer(request, data["producer_group"])
-        tx, created = transactions.transaction_prepare(**data)
+        tx, created = transaction_prepare(**data)
         return Response(
             represented(TransactionPrepareOutSerializer, tx),
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
@@ -156,7 +158,7 @@ class TransactionEndView(APIView):
     def post(self, request: Request, transaction_id: str) -> Response:
         data = validated(TransactionEndInSerializer, request.data)
         require_producer(request, data["producer_group"])
-        tx = transactions.transaction_end(
+        tx = transaction_end(
             transaction_id=transaction_id,
             producer_group=data["producer_group"],
             action=data["action"],

@@ -62,7 +62,8 @@ from broker.selectors.reconciliation import (
     reconciliation_run_by_trigger,
 )
 from broker.services.admin import access_key_create
-from broker.services.reconciliation import reconciliation_params, reconciliation_run_queue
+from broker.services.reconciliation import reconciliation_run_queue
+from broker.services.reconciliation_window import reconciliation_params
 
 T = TypeVar("T")
 

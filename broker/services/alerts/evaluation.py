@@ -44,13 +44,12 @@ from broker.rules.alerts import (
     unreachable_finding,
 )
 from broker.selectors.overview import (
-    GroupReachability,
     OldestPending,
     discards_by_group,
     oldest_pending_per_group,
     pending_check_times_by_group,
-    producer_group_reachability,
 )
+from broker.selectors.reachability import GroupReachability, producer_group_reachability
 from broker.selectors.topology import dead_letters_by_group
 from broker.services.alerts.notifications import notifications_queue
 

@@ -6,7 +6,7 @@ Message bodies are never read, except the Op messages' (parsed into ``op_offsets
 ``broker.rules.op_body.op_body_parse``); ``body_size`` is the database's ``LENGTH(body)``. The
 properties and details go out as the database's JSON text; the half and discard properties
 the archive has columns for (REAL_TOPIC, REAL_QID, DISCARD_REASON, HALF_QUEUE_OFFSET) are
-extracted by the database too (``->>`` on PostgreSQL, ``json_extract`` on SQLite).
+extracted by the database too (``->>``).
 """
 
 from __future__ import annotations

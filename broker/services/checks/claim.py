@@ -26,7 +26,7 @@ from broker.plumbing.wakeups import check_requests_channel, wakeup_on_commit
 from broker.rules.checks import discard_reason, next_check_after_check
 from broker.services.checks.payload import CheckJob, check_payload
 from broker.services.checks.rate_limit import check_rate_limit
-from broker.services.transactions import transaction_discard
+from broker.services.resolution import transaction_discard
 
 logger = logging.getLogger("halfmoon.checks")
 
@@ -59,7 +59,7 @@ def check_claim(
     per_group = conf.check_group_max_in_flight
     jobs: list[CheckJob] = []
     with transaction.atomic():
-        # Read the clock once the transaction is open (on SQLite, once the write lock is held).
+        # Read the clock once the transaction is open.
         now = now if now is not None else now_ms()
         cutoff = now if due_by is None else min(now, due_by)
         backed_off = ProducerGroup.objects.filter(check_backoff_until__gt=now).values_list(

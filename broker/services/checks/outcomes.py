@@ -28,11 +28,9 @@ from broker.models import ProducerGroup, Transaction, TransactionEvent, Transact
 from broker.rules.checks import backoff_ms
 from broker.rules.states import RESOLVING_ACTIONS, CheckAnswer, ResolvedBy, state_of_action
 from broker.services.checks.payload import CheckOutcome
-from broker.services.transactions import (
-    transaction_announce,
-    transaction_end,
-    transaction_resolve_locked,
-)
+from broker.services.resolution import transaction_resolve_locked
+from broker.services.transaction_end import transaction_end
+from broker.services.transaction_events import transaction_announce
 
 logger = logging.getLogger("halfmoon.checks")
 

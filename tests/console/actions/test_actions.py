@@ -11,7 +11,7 @@ from django.test import Client
 
 from broker.models import AuditEntry, Transaction
 from broker.services.bulk import bulk_run
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.console.conftest import signed_in
 from tests.services.test_operator import discarded
 from tests.support import prepare

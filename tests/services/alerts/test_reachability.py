@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from broker.models import ProducerGroup
-from broker.selectors.overview import overview, producer_group_reachability
+from broker.selectors.overview import overview
+from broker.selectors.reachability import producer_group_reachability
 from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
 from tests.services.alerts.conftest import announced, tick

@@ -19,7 +19,8 @@ from broker.models import (
 from broker.services import checks
 from broker.services.op_messages import op_flush
 from broker.services.operator import transaction_operator_resolve
-from broker.services.transactions import transaction_discard, transaction_end
+from broker.services.resolution import transaction_discard
+from broker.services.transaction_end import transaction_end
 from tests.services.checks.helpers import (
     checkpoints,
     prepare_many,

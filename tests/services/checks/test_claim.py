@@ -25,7 +25,7 @@ from broker.models import (
 )
 from broker.services import checks
 from broker.services.admin import producer_group_create
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
 from tests.services.checks.helpers import (
     INTERVAL,
     by_group,

@@ -45,7 +45,8 @@ from broker.services.recovery import (
     transactions_rebuild,
 )
 from broker.services.storage import message_put
-from broker.services.transactions import transaction_end
+from broker.services.transaction_end import transaction_end
+from tests.e2e.processes import database_url
 from tests.support import CheckServer, closed_port_url, due_at, prepare, round_for
 
 
@@ -517,7 +518,7 @@ def test_command_exit_status_in_a_subprocess(topic, producer_group):
     name = connection.settings_dict["NAME"]
     env.update(
         {
-            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
+            "DATABASE_URL": database_url(name),
             "DJANGO_SETTINGS_MODULE": "halfmoon.settings",
         }
     )
