@@ -116,15 +116,16 @@ def test_the_schema_is_an_openapi_3_document(anonymous, db):
 def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
-    # api-v1's 20 (the reconciliation runs and the three batches included), the timeline and
-    # the two alert-rules paths (docs/api.md)
-    assert len(api_v1_paths()) == 23
+    # api-v1's 20 (the reconciliation runs and the three batches included), the timeline, the
+    # two alert-rules paths and the list of reconciliation runs (docs/api.md)
+    assert len(api_v1_paths()) == 24
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
     assert methods["/api/v1/transactions"] == {"get", "post"}
     assert methods["/api/v1/transactions/{transaction_id}/end"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/timeline"] == {"get"}
+    assert methods["/api/v1/reconciliation/runs"] == {"get"}
     assert methods["/api/v1/reconciliation/runs/latest"] == {"get"}
     assert methods["/api/v1/reconciliation/runs/{run_id}"] == {"get"}
     assert methods["/api/v1/transactions/{transaction_id}/resolve"] == {"post"}
