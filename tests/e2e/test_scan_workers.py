@@ -94,7 +94,8 @@ import json, sys
 import django
 django.setup()
 from broker.services.admin import producer_group_create, topic_create
-from broker.services.transactions import transaction_end, transaction_prepare
+from broker.services.transaction_end import transaction_end
+from broker.services.transactions import transaction_prepare
 
 
 def handle(cmd):
