@@ -1,6 +1,6 @@
 """Sustained transactional load while the broker's processes are killed and the services
 underneath restarted, one fault a round, then a check that nothing acknowledged was lost or
-delivered twice (issue 9).
+delivered twice.
 
     .venv/bin/python bench/chaos.py --rounds 6            # each fault once
     .venv/bin/python bench/chaos.py --rounds 100          # the issue's goal: all zeros

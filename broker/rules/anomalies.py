@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from broker.rules.choices import TextChoices
 
-# Seed 002's set difference is taken per producer group and 10-minute bucket of half time.
+# The set difference of half and ended msgIds is taken per producer group and 10-minute bucket
+# of half time.
 BUCKET_MS = 10 * 60 * 1000
 HOUR_MS = 60 * 60 * 1000
 

@@ -1,5 +1,5 @@
 """A producer group's ``check_url`` is refused with 400 ``check_url_not_allowed`` when it
-breaks the check-target rule (api-v1 "Topics and groups"; issue 9, part 3), on create and on
+breaks the check-target rule (api-v1 "Topics and groups"), on create and on
 PATCH, and nothing is stored."""
 
 from __future__ import annotations

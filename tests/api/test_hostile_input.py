@@ -1,4 +1,4 @@
-"""Hostile input never answers 500 (issue 9, "No 500 for any input"): path parameters are
+"""Hostile input never answers 500: path parameters are
 checked against their format before any query (a NUL byte, which PostgreSQL refuses in text,
 used to answer 500), and JSON bodies are bounded in depth and size in the parser."""
 

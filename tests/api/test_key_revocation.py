@@ -1,4 +1,4 @@
-"""A revoked access key is refused by every process within 1 s (issue 9, part 7): each process
+"""A revoked access key is refused by every process within 1 s: each process
 caches access keys (``broker.lookups``, ``HALFMOON_LOOKUP_CACHE_MS``, 5 s) under a generation
 that every committed change rewrites in Redis. With Redis away a process still authenticates,
 says so in its log, and sees revocations when its cached key expires.

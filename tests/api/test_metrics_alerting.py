@@ -1,4 +1,4 @@
-"""/metrics' alerting families (issue 11): per producer group and consumer group, labelled by
+"""/metrics' alerting families: per producer group and consumer group, labelled by
 names only, read from a broker driven through the API."""
 
 from __future__ import annotations

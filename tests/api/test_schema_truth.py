@@ -1,4 +1,4 @@
-"""The OpenAPI document says what the broker does (issue 9, part 6), one test per defect found:
+"""The OpenAPI document says what the broker does, one test per defect found:
 the paginated transaction list, PATCH producer-groups' required check_url, resolve's required
 reason, exactly one of body / body_base64, ack's 404, and strict JSON types (a number where a
 string is due, a string where an integer or a boolean is due: 400 in the contract's body,

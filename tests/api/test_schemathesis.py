@@ -1,4 +1,4 @@
-"""The OpenAPI document is the truth (issue 9, part 6): schemathesis generates requests for
+"""The OpenAPI document is the truth: schemathesis generates requests for
 every operation of ``/api/schema/`` and calls the app in-process (WSGI, the real PostgreSQL
 and Redis of the tests) with an admin key, every check enabled: no server error, status codes,
 content types, headers and bodies as documented, schema-valid input accepted, schema-invalid

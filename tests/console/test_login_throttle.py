@@ -1,4 +1,4 @@
-"""Sign-in throttling (issue 9, part 7): after ``AXES_FAILURE_LIMIT`` (5) failed sign-ins in a
+"""Sign-in throttling: after ``AXES_FAILURE_LIMIT`` (5) failed sign-ins in a
 row a username is locked at that client address for ``AXES_COOLOFF_TIME`` (15 minutes), the
 right password included, on the console's sign-in page and on /admin/'s alike; the lockout
 page says for how long and how an administrator unlocks it."""

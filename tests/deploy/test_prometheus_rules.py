@@ -1,4 +1,4 @@
-"""The Prometheus rules and Grafana dashboard shipped in deploy/ (issue 11): ``promtool check
+"""The Prometheus rules and Grafana dashboard shipped in deploy/: ``promtool check
 rules`` and ``promtool test rules`` pass (Debian's ``prometheus`` package; ``.ci/run``
 installs it when missing, and a missing promtool fails these tests rather than skipping
 them), every shipped alert has unit tests that make it fire and keep it quiet, a severity and

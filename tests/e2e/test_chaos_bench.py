@@ -1,4 +1,4 @@
-"""CI runs a few rounds of ``bench/chaos.py`` (issue 9): each fault once (a uvicorn worker, the
+"""CI runs a few rounds of ``bench/chaos.py``: each fault once (a uvicorn worker, the
 Celery worker's main process, a pool child and beat SIGKILLed; PostgreSQL and Redis stopped and
 started) under sustained transactional load, and nothing acknowledged is lost, delivered
 twice, answered with a 5xx other than 503, or found different by the rebuild."""

@@ -1,4 +1,4 @@
-"""The check service at scale with real processes (issue 3): two ``celery -A tasks worker
+"""The check service at scale with real processes: two ``celery -A tasks worker
 --concurrency 2`` processes and one ``celery beat`` scanning the same half queues of a fresh
 PostgreSQL database, Redis database 8 as their Celery broker and rate counter, and check servers
 in this process recording when each check arrives.

@@ -1,4 +1,4 @@
-"""The services underneath fail under load (issue 9, part 5): Redis stopped and started, and
+"""The services underneath fail under load: Redis stopped and started, and
 PostgreSQL stopped and started, while producers send and end transactions through a real
 broker (uvicorn, a Celery worker and beat: ``tests.e2e.processes.Stack``).
 

@@ -1,4 +1,4 @@
-"""The quick start's processes come back (issue 9, "Processes that come back").
+"""The quick start's processes come back.
 
 ``bin/run --no-setup`` is started as a user starts it (supervisord in the foreground, on a free
 port, a fresh PostgreSQL database and the tests' Redis database, with the environment of

@@ -1,4 +1,4 @@
-"""Request bodies bounded while they stream (issue 9, part 2), against the real ASGI application
+"""Request bodies bounded while they stream, against the real ASGI application
 (``halfmoon.asgi.application``): crafted ``http.request`` messages, each body byte the
 application pulls counted.
 

@@ -1,4 +1,4 @@
-"""What the server's own failures answer and log (issue 9): an unexpected error is a 500 in the
+"""What the server's own failures answer and log: an unexpected error is a 500 in the
 contract's body whose ``details.request_id`` names the log line with its traceback; an
 unreachable database is a 503 ``service_unavailable`` with Retry-After, fast, never a 500.
 

@@ -1,4 +1,4 @@
-"""/static/ never answers outside the contract (issue 9): a path that climbs out of the static
+"""/static/ never answers outside the contract: a path that climbs out of the static
 root, names an absolute path or holds a NUL byte is a 404 in the contract's body, never a file
 outside STATIC_ROOT and never a 500, in both of servestatic's lookup modes.
 

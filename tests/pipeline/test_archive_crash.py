@@ -1,5 +1,5 @@
-"""An export killed at any point and run again gives the same archive as an uninterrupted one
-(issue 8, "Done when"). The export runs in a child process (``os._exit`` at a chosen point: the
+"""An export killed at any point and run again gives the same archive as an uninterrupted one.
+The export runs in a child process (``os._exit`` at a chosen point: the
 kill hook is this test's, wrapped around the export's own steps) over the committed history of
 this test's database, then in this process; the whole archive is read back and compared with an
 uninterrupted export of the same history to another URI."""

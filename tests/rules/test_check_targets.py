@@ -1,5 +1,5 @@
 """The check-target rule (``broker.rules.check_targets``): which back-check URLs and addresses
-the broker may reach (issue 9, part 3; api-v1 ``check_url_not_allowed``)."""
+the broker may reach."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The console's producer-group forms and the Django admin's refuse a check URL that breaks
 the check-target rule (``broker.services.admin.check_url_validate``) with an error on the
-``check_url`` field, never a 500, and store nothing (issue 9, part 3)."""
+``check_url`` field, never a 500, and store nothing."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Each kind of alert rule fires and resolves on a broker driven into that state through the
 API, and a real local webhook receiver is told exactly once that it fires and exactly once
-that it resolves, however many evaluations see it firing in between (issue 11, "Done when").
+that it resolves, however many evaluations see it firing in between.
 
 The clock is moved, not waited for: check rounds and evaluations take ``now`` (ms), as the
 scan's own tests do; a consumer's invisibility is ended by writing its expiry, as the consumer

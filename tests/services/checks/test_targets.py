@@ -1,4 +1,4 @@
-"""Back-check targets under control (issue 9, part 3): the check-target rule applied when a
+"""Back-check targets under control: the check-target rule applied when a
 ``check_url`` is set (``broker.services.admin.check_url_validate``) and again, after DNS
 resolution, when a check is sent (``broker.services.checks.targets.PinnedTransport``): a
 refused target is an UNDELIVERED check with its reason in the timeline; an allowed name is
