@@ -18,7 +18,6 @@ from django.db.models import F, Max, Min, QuerySet, Sum
 from broker.constants import HALF_TOPIC
 from broker.errors import NotFound
 from broker.models import (
-    ArchiveWatermark,
     Message,
     ReconciliationAnalytics,
     ReconciliationAnomaly,
@@ -74,17 +73,6 @@ def reconciliation_run_by_trigger(trigger: str) -> ReconciliationRun | None:
     """The latest run started by ``trigger`` (e.g. ``demo:<run>``), whatever its state, with
     ``duration_ms``; None before it exists."""
     return _runs().filter(trigger=trigger).order_by("-id").first()
-
-
-def archive_reach() -> int:
-    """How far the archive reaches (ms): ``ArchiveWatermark("logs")``'s
-    ``archived_until_timestamp``, 0 before the first export."""
-    reach = (
-        ArchiveWatermark.objects.filter(name="logs")
-        .values_list("archived_until_timestamp", flat=True)
-        .first()
-    )
-    return reach or 0
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,10 @@ from broker.models import (
 )
 from broker.pipeline.schema import run_output_path
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
-from broker.rules.anomalies import ReconcileParams, settle_ms
+from broker.rules.anomalies import ReconcileParams
 from broker.rules.audit import iso_utc
 from broker.selectors.reconciliation import half_message_first_stored
-from broker.services.reconciliation_window import reconciliation_params, reconciliation_window
+from broker.services.reconciliation_window import reconciliation_settle_ms, reconciliation_window
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     from broker.pipeline.progress import ProgressEvent
@@ -204,13 +204,12 @@ def reconciliation_skip_record(*, trigger: str, refusal: InvalidInput) -> Reconc
     ``reconciliation_window``) saw (``since``, ``until``, ``as_of`` from its details; None
     with nothing archived), its ``reason`` (the refusal's message, then when the oldest
     transaction not yet judged settles, or that none is stored) and ``settles_timestamp``
-    (that time, ms: the first half message stored at or after ``since`` plus ``settle_ms``
-    with the settings now; None when there is no such half message). Returns the run."""
+    (that time, ms: the first half message stored at or after ``since`` plus
+    ``reconciliation_settle_ms``; None when there is no such half message). Returns the run."""
     details = refusal.details or {}
     since, until, as_of = details.get("since"), details.get("until"), details.get("as_of")
-    params = reconciliation_params(since_ms=since or 0, until_ms=until or 0, as_of_ms=as_of or 0)
     oldest = half_message_first_stored(since)
-    settles = None if oldest is None else oldest + settle_ms(params)
+    settles = None if oldest is None else oldest + reconciliation_settle_ms()
     after = f" since {iso_utc(since)}" if since is not None else ""
     if settles is None:
         outlook = f"No half message has been stored{after}: there is no transaction to judge."

@@ -37,6 +37,13 @@ def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> Rec
     )
 
 
+def reconciliation_settle_ms() -> int:
+    """How long after its half message a transaction is settled, with the broker's settings now
+    (ms; ``broker.rules.anomalies.settle_ms``): the window's ``until`` trails the archive by
+    this, and a skipped run says when its oldest transaction settles by it."""
+    return settle_ms(reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0))
+
+
 def _archived_until() -> int:
     """``as_of``: how far the archive reaches (ms). Raises InvalidInput ``archive_empty``."""
     as_of = archived_until_or_none()
@@ -80,7 +87,7 @@ def reconciliation_window(
     as_of = _archived_until()
     params = reconciliation_params(since_ms=0, until_ms=as_of, as_of_ms=as_of)
     if until_ms is None:
-        until_ms = as_of - settle_ms(params)
+        until_ms = as_of - reconciliation_settle_ms()
     elif until_ms > as_of:
         raise InvalidInput(
             f"until {until_ms} is past what the archive holds ({as_of}): archive first, or ask "

@@ -129,15 +129,16 @@ def broker_env(
     }
 
 
-def manage(env: dict[str, str], *args: str, timeout_s: float = 120) -> str:
-    """Run ``manage.py *args`` with ``env``; return its stdout.
+def manage(env: dict[str, str], *args: str, timeout_s: float = 120, cwd: Path = ROOT) -> str:
+    """Run ``manage.py *args`` with ``env`` in ``cwd`` (the checkout, or a copy of it); return
+    its stdout.
 
     Raises:
         AssertionError: it exited non-zero (with its output).
     """
     done = subprocess.run(
         [sys.executable, "manage.py", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,

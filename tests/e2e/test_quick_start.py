@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ import pytest
 import redis
 
 from halfmoon.embedded import answers
-from tests.e2e.processes import ROOT, BinRun, free_port, healthy, main_processes
+from tests.e2e.processes import ROOT, BinRun, free_port, healthy, main_processes, manage
 from tests.e2e.test_demo import CHECK_SETTINGS, demo_outcome_check, demo_run
 
 pytestmark = pytest.mark.e2e
@@ -97,20 +96,6 @@ def quick_start_env(redis_url: str, web_port: int, pg_port: int) -> dict[str, st
     }
 
 
-def clone_manage(clone: Path, env: dict[str, str], *args: str) -> str:
-    """``manage.py *args`` in the clone, as a user types it in another terminal; its stdout."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}{done.stderr}"
-    return done.stdout
-
-
 def postmaster(data_dir: Path) -> tuple[int, int] | None:
     """(pid, port) from the server's ``postmaster.pid``, or None while there is none."""
     try:
@@ -157,13 +142,13 @@ def test_bin_run_from_a_fresh_clone_on_the_embedded_postgresql() -> None:
                 assert Path(proc.cwd()) == clone, (name, proc.cwd())
             page = httpx.get(f"{url}/console/login/", timeout=30)
             assert page.status_code == 200 and CLONE_MARK in page.text, page.text[-500:]
-            where = clone_manage(
-                clone,
+            where = manage(
                 env,
                 "shell",
                 "-c",
                 "import broker, console, halfmoon, tasks; "
                 "print(*(m.__file__ for m in (broker, console, halfmoon, tasks)))",
+                cwd=clone,
             )
             files = where.splitlines()[-1].split()  # after the shell's own notice
             assert len(files) == 4 and all(Path(f).is_relative_to(clone) for f in files), where
@@ -175,7 +160,7 @@ def test_bin_run_from_a_fresh_clone_on_the_embedded_postgresql() -> None:
             )
 
             # An admin key, then a batch end over the API.
-            token = clone_manage(clone, env, "create_access_key", "quick-start", "--admin")
+            token = manage(env, "create_access_key", "quick-start", "--admin", cwd=clone)
             headers = {"Authorization": f"Bearer {token.split()[-1]}"}
             with httpx.Client(base_url=url, headers=headers, timeout=30) as api:
                 made = api.post("/api/v1/topics", json={"name": "QuickStart", "queue_nums": 1})

@@ -51,19 +51,18 @@ from halfmoon_client.examples.seed_demo import (
 
 from broker.conf import conf
 from broker.models import AccessKey, ReconciliationRun
-from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
 from broker.selectors.reconciliation import (
-    archive_reach,
     half_messages_stored_range,
     producer_group_analytics,
     reconciliation_anomalies,
     reconciliation_run_by_trigger,
 )
 from broker.services.admin import access_key_create
+from broker.services.archive.watermark import archived_until_or_none
 from broker.services.reconciliation import reconciliation_run_queue
-from broker.services.reconciliation_window import reconciliation_params
+from broker.services.reconciliation_window import reconciliation_settle_ms
 
 T = TypeVar("T")
 
@@ -100,18 +99,15 @@ def default_timeout_s() -> float:
     return (timeout + (check_max + 1) * interval) / 1000 + 60
 
 
-def settle_time_ms() -> int:
-    """How long after its half message a transaction is settled for the reconciliation
-    (``broker.rules.anomalies.settle_ms``) with this environment's settings (ms)."""
-    return settle_ms(reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0))
-
-
 def archive_wait_s() -> float:
     """How long the archive may take, after the demo, to reach its last half message plus the
     settle time: that time, then the segment holding it closing (a segment, the archive lag),
     the next export (an interval), and two minutes for the export itself (s)."""
     wait_ms = (
-        settle_time_ms() + conf.archive_segment_ms + conf.archive_lag_ms + conf.archive_interval_ms
+        reconciliation_settle_ms()
+        + conf.archive_segment_ms
+        + conf.archive_lag_ms
+        + conf.archive_interval_ms
     )
     return wait_ms / 1000 + 120
 
@@ -216,7 +212,7 @@ class Command(BaseCommand):
         if stored is None:
             raise CommandError(f"The demo stored no half message for {producer_group}.")
         first, last = stored
-        settle = settle_time_ms()
+        settle = reconciliation_settle_ms()
         reach = last + settle + 1
         self._say(
             f"Reconciliation: waiting for the archive to reach {iso_utc(reach)} (the last half "
@@ -227,12 +223,12 @@ class Command(BaseCommand):
         self._wait(
             "the archive to reach the demo's settled transactions: is the pipeline worker "
             "running (bin/run starts it), with the HALFMOON_ARCHIVE_* settings of this shell?",
-            lambda: True if archive_reach() >= reach else None,
+            lambda: True if (archived_until_or_none() or 0) >= reach else None,
             archive_wait_s(),
         )
         reconciliation_run_queue(trigger=trigger)
         self._say(
-            f"archived up to {iso_utc(archive_reach())}; reconciliation queued on the pipeline "
+            f"archived up to {iso_utc(archived_until_or_none() or 0)}; reconciliation queued on the pipeline "
             f"worker as {trigger} (Spark may take a minute to start)"
         )
         run = self._wait(
