@@ -68,6 +68,8 @@ class BrokerConf:
     alert_notify_timeout_ms = _BrokerSetting()
     alert_notify_max_attempts = _BrokerSetting()
     alert_notify_backoff_ms = _BrokerSetting()
+    grpc_port = _BrokerSetting()
+    grpc_client_expiry_ms = _BrokerSetting()
 
     @classmethod
     def env_names(cls) -> set[str]:

@@ -168,6 +168,12 @@ class AccessKey(models.Model):
     producer_groups = models.JSONField(default=list, blank=True)
     consumer_groups = models.JSONField(default=list, blank=True)
     created_timestamp = models.BigIntegerField(default=now_ms)
+    secret_encrypted = models.TextField(
+        blank=True,
+        default="",
+        help_text="The RocketMQ SecretKey of this AccessKey (MQv2-HMAC-SHA1 over gRPC), "
+        "encrypted with a key derived from the server's secret; empty: none",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -207,6 +213,13 @@ class Transaction(models.Model):
     resolved_by = models.CharField(max_length=16, choices=ResolvedBy.choices, null=True, blank=True)
     queue_offset = models.BigIntegerField(null=True, blank=True, help_text="Delivered queue offset")
     discard_reason = models.CharField(max_length=32, blank=True, default="")
+    producer_client_id = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        help_text="The RocketMQ client (x-mq-client-id) that sent the half message over gRPC; "
+        "empty over HTTP. Its checks go over telemetry.",
+    )
 
     class Meta:
         ordering = ["born_timestamp", "transaction_id"]
@@ -384,6 +397,56 @@ class CheckRequest(models.Model):
 
     def __str__(self) -> str:
         return f"check {self.transaction_id}"
+
+
+class ClientConnection(models.Model):
+    """A RocketMQ 5 client seen over gRPC, by its ``x-mq-client-id`` (RocketMQ's
+    ``ClientChannelInfo`` of ProducerManager / ConsumerManager, rocketmq-dashboard's connection
+    lists).
+
+    Written when its telemetry stream sends settings, on each heartbeat and when it ends
+    (stream closed or NotifyClientTermination: ``disconnected_timestamp``). ``server`` names
+    the gRPC server process holding its telemetry stream, where its back-checks are written.
+    A client is live while connected and heard from within ``HALFMOON_GRPC_CLIENT_EXPIRY_MS``.
+    """
+
+    class Kind(models.TextChoices):
+        PRODUCER = "PRODUCER"
+        PUSH_CONSUMER = "PUSH_CONSUMER"
+        SIMPLE_CONSUMER = "SIMPLE_CONSUMER"
+        OTHER = "OTHER"
+
+    client_id = models.CharField(max_length=255, primary_key=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.OTHER)
+    language = models.CharField(max_length=32, blank=True, default="")
+    version = models.CharField(max_length=64, blank=True, default="")
+    host = models.CharField(max_length=255, blank=True, default="", help_text="Peer address")
+    access_key = models.CharField(max_length=127, blank=True, default="", help_text="Key name")
+    producer_groups = models.JSONField(default=list, blank=True)
+    consumer_group = models.CharField(max_length=127, blank=True, default="")
+    topics = models.JSONField(default=list, blank=True)
+    server = models.CharField(max_length=255, blank=True, default="")
+    connected_timestamp = models.BigIntegerField(default=now_ms)
+    last_heartbeat_timestamp = models.BigIntegerField(default=now_ms)
+    disconnected_timestamp = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-connected_timestamp", "client_id"]
+        indexes = [
+            models.Index(
+                fields=["consumer_group"],
+                condition=Q(disconnected_timestamp__isnull=True),
+                name="client_connected_consumer",
+            ),
+            models.Index(
+                fields=["kind", "last_heartbeat_timestamp"],
+                condition=Q(disconnected_timestamp__isnull=True),
+                name="client_connected_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.client_id} {self.kind}"
 
 
 class ConsumerOffset(models.Model):

@@ -251,6 +251,25 @@ BROKER_SETTINGS += (
 )
 
 
+BROKER_SETTINGS += (
+    BrokerSetting(
+        "HALFMOON_GRPC_PORT",
+        8081,
+        "(proxy grpcServerPort)",
+        "Port of the gRPC server (RocketMQ 5's MessagingService, served to RocketMQ's own clients).",
+        1,
+        65535,
+    ),
+    BrokerSetting(
+        "HALFMOON_GRPC_CLIENT_EXPIRY_MS",
+        120000,
+        "channelExpiredTimeout",
+        "A gRPC client not heard from (telemetry, heartbeat, any call) for this long is no longer live: no back-check goes to it (ms).",
+        1000,
+    ),
+)
+
+
 def settings_table() -> str:
     """The Markdown table of every broker setting, as in README.md."""
     lines = [
