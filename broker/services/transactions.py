@@ -66,6 +66,7 @@ def transaction_plan(
     properties: dict[str, Any] | None = None,
     msg_id: str | None = None,
     check_immunity_seconds: int | None = None,
+    producer_client_id: str = "",
 ) -> HalfPlan:
     """Check a half message and build it and its transaction row, unsaved: every rule of a
     send that needs no write (``transaction_prepare``'s arguments and errors).
@@ -131,6 +132,7 @@ def transaction_plan(
         check_immunity_ms=immunity_ms,
         born_timestamp=half.born_timestamp,
         next_check_timestamp=half.born_timestamp + immunity_ms,
+        producer_client_id=producer_client_id,
     )
     return HalfPlan(half, tx)
 
@@ -146,6 +148,7 @@ def transaction_prepare(
     properties: dict[str, Any] | None = None,
     msg_id: str | None = None,
     check_immunity_seconds: int | None = None,
+    producer_client_id: str = "",
 ) -> tuple[Transaction, bool]:
     """Store a half message on ``RMQ_SYS_TRANS_HALF_TOPIC``, invisible to consumers.
 
@@ -163,6 +166,8 @@ def transaction_prepare(
             (32 upper-case hex characters).
         check_immunity_seconds: seconds (0 to 3600) before the first back-check, if longer
             than ``HALFMOON_TRANSACTION_TIMEOUT_MS``; None: that timeout.
+        producer_client_id: the RocketMQ client (``x-mq-client-id``) sending over gRPC, whose
+            back-checks then go over its telemetry stream; "" over HTTP.
 
     Idempotent by ``msg_id`` (= transaction id): the same id again for the same group returns
     the stored transaction and stores nothing.
@@ -186,6 +191,7 @@ def transaction_prepare(
         properties=properties,
         msg_id=msg_id,
         check_immunity_seconds=check_immunity_seconds,
+        producer_client_id=producer_client_id,
     )
     try:
         if connection.in_atomic_block:  # a caller's transaction: a failed insert must not end it
