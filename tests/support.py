@@ -215,9 +215,9 @@ def due_at(tx: Transaction) -> int:
 
 def round_at(half_queue_id: int, now: int) -> dict[str, Any]:
     """One check round on ``half_queue_id`` as if the clock read ``now`` (ms): claim, send the
-    HTTP checks, apply their outcomes. Returns the jobs, outcomes and due count."""
+    checks (HTTP and telemetry), apply their outcomes. Returns the jobs, outcomes and due count."""
     jobs, due = checks.check_claim(half_queue_id=half_queue_id, now=now)
-    outcomes = checks.checks_send(jobs)
+    outcomes = checks.checks_deliver(jobs)
     checks.check_outcomes_apply(outcomes, now=now)
     return {"jobs": jobs, "outcomes": outcomes, "due": due}
 

@@ -13,6 +13,9 @@ One module per job, named for what RocketMQ calls it:
 - ``rate_limit``: ``check_rate_limit``, the per-group checks per second across workers (Redis).
 - ``transport``: step 2, ``checks_send``: POST the signed checks in parallel (httpx), outside
   any database transaction, and ``check_answer_parse`` of the LocalTransactionState answers.
+- ``telemetry``: step 2 for half messages sent over gRPC, ``telemetry_checks_send``: write
+  ``RecoverOrphanedTransactionCommand`` on the telemetry stream of a live RocketMQ client of
+  the group (the sender first), through the gRPC server process holding it.
 - ``outcomes``: step 3, ``check_outcomes_apply``: count delivered checks, apply COMMIT/ROLLBACK
   through ``transaction_end``, retry undelivered checks with backoff, back off silent groups.
 - ``checkpoint``: ``checkpoint_advance`` (updateConsumeOffset, calculateOpOffset of
@@ -34,7 +37,13 @@ from broker.services.checks.outcomes import check_delivered_record, check_outcom
 from broker.services.checks.payload import CheckJob, CheckOutcome, check_payload
 from broker.services.checks.polling import check_requests_poll
 from broker.services.checks.rate_limit import check_rate_limit
-from broker.services.checks.scan import check_round, half_queue_scan, half_queue_scans_dispatch
+from broker.services.checks.scan import (
+    check_round,
+    checks_deliver,
+    half_queue_scan,
+    half_queue_scans_dispatch,
+)
+from broker.services.checks.telemetry import telemetry_checks_send
 from broker.services.checks.transport import check_answer_parse, checks_send
 
 __all__ = [
@@ -50,7 +59,9 @@ __all__ = [
     "check_requests_poll",
     "check_round",
     "checkpoint_advance",
+    "checks_deliver",
     "checks_send",
     "half_queue_scan",
     "half_queue_scans_dispatch",
+    "telemetry_checks_send",
 ]

@@ -43,7 +43,9 @@ def check_claim(
     ``broker.rules.checks.discard_reason`` says so (needSkip: older than
     ``HALFMOON_FILE_RESERVED_HOURS``; needDiscard: ``HALFMOON_TRANSACTION_CHECK_MAX`` checks
     delivered); the others' next check moves one check interval ahead (so no other worker takes
-    them), and groups that poll get a ``CheckRequest``. Then, outside the transaction,
+    them), and groups that poll get a ``CheckRequest`` (a half message sent over gRPC,
+    ``producer_client_id`` set, gets a telemetry check whatever its group's ``check_url``).
+    Then, outside the transaction,
     ``check_rate_limit`` holds back what exceeds the group's rate.
 
     ``now`` (ms) defaults to the clock read once the transaction is open; ``due_by`` (ms) limits
@@ -53,7 +55,7 @@ def check_claim(
     Due transactions are taken oldest first: by next check time, ties in the order their half
     messages were stored (commit log offset).
 
-    Returns (the HTTP checks to send, how many due transactions were handled).
+    Returns (the checks to send, HTTP and telemetry, how many due transactions were handled).
     """
     interval = conf.transaction_check_interval_ms
     per_group = conf.check_group_max_in_flight
@@ -120,6 +122,8 @@ def check_claim(
             group = groups.get(tx.producer_group)
             if group is None:
                 logger.warning("producer group %s of %s is gone", tx.producer_group, tx.pk)
+            elif tx.producer_client_id:  # sent over gRPC: checked over telemetry
+                jobs.append(_telemetry_job(tx))
             elif group.check_url:
                 jobs.append(_check_job(tx, group, halves[tx.half_commit_log_offset]))
             elif tx.pk in queued:
@@ -139,6 +143,20 @@ def check_claim(
                 last_check_error="no producer polled for check requests"
             )
     return check_rate_limit(jobs, now=now), len(due)
+
+
+def _telemetry_job(tx: Transaction) -> CheckJob:
+    """The next check of ``tx``, a half message sent over gRPC, for its client's telemetry
+    stream (``broker.services.checks.telemetry``)."""
+    return CheckJob(
+        transaction_id=tx.transaction_id,
+        producer_group=tx.producer_group,
+        check_times=tx.check_times + 1,
+        channel="telemetry",
+        client_id=tx.producer_client_id,
+        topic=tx.topic,
+        commit_log_offset=tx.half_commit_log_offset,
+    )
 
 
 def _check_job(tx: Transaction, group: ProducerGroup, half: Message) -> CheckJob:

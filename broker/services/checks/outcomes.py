@@ -52,7 +52,9 @@ def check_delivered_record(
 ) -> int:
     """Count one delivered check of ``transaction_id`` in ``check_times`` and the check journal
     (``outcome``: the producer's answer, e.g. COMMIT_MESSAGE or TIMEOUT; empty for a poll
-    hand-out; ``channel``: ``http`` or ``poll``), and mark its group reachable.
+    hand-out; ``channel``: ``poll``, the hand-out to a polling producer; a round's checks are
+    journalled by ``check_outcomes_apply`` with theirs, ``http`` or ``telemetry``), and mark its
+    group reachable.
 
     Returns the transaction's check_times after counting. Inside the caller's atomic().
     The HTTP checks of a round are counted in bulk by ``check_outcomes_apply`` with the same
@@ -187,11 +189,12 @@ def _count_delivered(
             timestamp=now,
             check_times=tx.check_times,
             outcome=outcome.label,
-            actor="http",
+            actor=outcome.job.channel,
             detail={
                 "status_code": outcome.status_code,
                 "error": outcome.error,
                 "latency_ms": outcome.latency_ms,
+                **({"client_id": outcome.client_id} if outcome.client_id else {}),
             },
         )
     )
@@ -214,7 +217,7 @@ def _retry_undelivered(
             timestamp=now,
             check_times=tx.check_times,
             outcome=CheckAnswer.UNDELIVERED,
-            actor="http",
+            actor=outcome.job.channel,
             detail={
                 "error": outcome.error,
                 "retry_in_ms": backoff,

@@ -45,15 +45,25 @@ def check_payload(tx: Transaction, half: Message, check_times: int) -> dict[str,
 
 @dataclass(frozen=True)
 class CheckJob:
-    """One back-check to POST: ``body`` is the raw JSON (``check_payload``) that ``signature``
-    signs (``X-Halfmoon-Signature``); ``check_times`` counts this check."""
+    """One back-check to send; ``check_times`` counts this check.
+
+    ``channel`` ``http``: a POST to ``check_url`` of ``body``, the raw JSON (``check_payload``)
+    that ``signature`` signs (``X-Halfmoon-Signature``). ``channel`` ``telemetry``: a half
+    message sent over gRPC, written on a RocketMQ client's telemetry stream
+    (``broker.services.checks.telemetry``): ``client_id`` is the client that sent it,
+    ``topic`` its real topic, ``commit_log_offset`` the half message's.
+    """
 
     transaction_id: str
     producer_group: str
-    check_url: str
-    signature: str
-    body: bytes
     check_times: int
+    check_url: str = ""
+    signature: str = ""
+    body: bytes = b""
+    channel: str = "http"
+    client_id: str = ""
+    topic: str = ""
+    commit_log_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class CheckOutcome:
     timed_out: bool = False
     latency_ms: int | None = None  # request to answer (ms), for an answered check
     refused: str = ""  # the check-target rule that stopped it (broker.rules.check_targets)
+    client_id: str = ""  # telemetry: the gRPC client the check was written to
 
     @property
     def label(self) -> str:

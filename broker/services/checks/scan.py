@@ -1,7 +1,7 @@
 """The back-check scan of a half queue (RocketMQ ``TransactionalMessageCheckService`` and
 ``TransactionalMessageServiceImpl.check``): beat fans it out per half queue
 (``half_queue_scans_dispatch``), each scan holds the queue's lease and runs check rounds
-(``check_round``: claim, send, apply) within ``MAX_PROCESS_TIME_LIMIT``
+(``check_round``: claim, send over HTTP or telemetry, apply) within ``MAX_PROCESS_TIME_LIMIT``
 (``HALFMOON_CHECK_MAX_PROCESS_TIME_MS``), then flushes the queue's Op journal and advances its
 checkpoints.
 
@@ -23,6 +23,8 @@ from broker.rules.checks import scan_lease_ttl_ms
 from broker.services.checks.checkpoint import checkpoint_advance
 from broker.services.checks.claim import check_claim
 from broker.services.checks.outcomes import check_outcomes_apply
+from broker.services.checks.payload import CheckJob, CheckOutcome
+from broker.services.checks.telemetry import telemetry_checks_send
 from broker.services.checks.transport import checks_send
 from broker.services.op_messages import op_flush
 
@@ -34,15 +36,25 @@ SCAN_TASK_EXPIRES_INTERVALS = 2
 then is superseded by a later beat tick's, so slow scans never pile up behind themselves."""
 
 
+def checks_deliver(jobs: list[CheckJob]) -> list[CheckOutcome]:
+    """Step 2 of a round: send each job by its channel, the HTTP ones POSTed (``checks_send``),
+    then the telemetry ones written on gRPC clients' streams
+    (``telemetry_checks_send``). Returns one outcome per job (HTTP ones first, then telemetry
+    ones, each in the jobs' order). Never inside a database transaction."""
+    outcomes = checks_send([job for job in jobs if job.channel == "http"])
+    outcomes += telemetry_checks_send([job for job in jobs if job.channel == "telemetry"])
+    return outcomes
+
+
 def check_round(*, half_queue_id: int, due_by: int | None = None) -> dict[str, int]:
-    """One back-check round on a half queue: claim, send, apply (``due_by`` as in
-    ``check_claim``).
+    """One back-check round on a half queue: claim, send (POSTed to webhooks, written on the
+    telemetry streams of gRPC clients), apply (``due_by`` as in ``check_claim``).
 
     Returns counts: ``due`` (transactions handled: checked, queued or discarded), ``sent``
-    (HTTP checks), ``delivered``, ``undelivered``, ``committed``, ``rolled_back``.
+    (HTTP and telemetry checks), ``delivered``, ``undelivered``, ``committed``, ``rolled_back``.
     """
     jobs, due = check_claim(half_queue_id=half_queue_id, due_by=due_by)
-    outcomes = checks_send(jobs)
+    outcomes = checks_deliver(jobs)
     check_outcomes_apply(outcomes)
     return {
         "due": due,
