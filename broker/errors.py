@@ -41,6 +41,15 @@ class NotFound(HalfmoonError):
     code = "not_found"
 
 
+class Unauthorized(HalfmoonError):
+    """401: the caller's credentials are refused (over gRPC: a bad ``MQv2-HMAC-SHA1``
+    signature, an unknown access key, a key without a RocketMQ secret); gRPC answers it as
+    RocketMQ's UNAUTHORIZED (40100)."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
 class Forbidden(HalfmoonError):
     """403: this access key may not do this (another producer group, a system topic)."""
 
@@ -63,7 +72,13 @@ class TooLarge(HalfmoonError):
 
 
 NotFoundKind = Literal[
-    "topic", "producer_group", "consumer_group", "message", "transaction", "alert_rule"
+    "topic",
+    "producer_group",
+    "consumer_group",
+    "message",
+    "transaction",
+    "alert_rule",
+    "access_key",
 ]
 
 # What each kind is called in the message, and the details key naming it (api-v1 error codes
@@ -75,13 +90,14 @@ _NOT_FOUND: dict[NotFoundKind, tuple[str, str]] = {
     "message": ("Message", "msg_id"),
     "transaction": ("Transaction", "transaction_id"),
     "alert_rule": ("Alert rule", "name"),
+    "access_key": ("Access key", "name"),
 }
 
 
 def not_found(kind: NotFoundKind, name: str) -> NotFound:
     """The 404 for a ``kind`` named ``name`` that does not exist: code ``<kind>_not_found``,
     message "<Kind> <name> does not exist.", ``details`` ``{<key>: name}`` (``topic``,
-    ``producer_group``, ``consumer_group``, ``msg_id`` or ``transaction_id``)."""
+    ``producer_group``, ``consumer_group``, ``msg_id``, ``transaction_id`` or ``name``)."""
     label, key = _NOT_FOUND[kind]
     return NotFound(
         f"{label} {name} does not exist.", code=f"{kind}_not_found", details={key: name}

@@ -42,8 +42,8 @@ _MISSING = "__missing__"
 
 ACCESS_KEY_GENERATION_KEY = "halfmoon:lookups:access-key-generation"
 """Redis key of the access keys' generation: a random hex token, rewritten after every committed
-change of an access key (create, rights, delete). Random, not a counter, so a Redis that lost
-the key and counted again never repeats a generation a process already holds."""
+change of an access key (create, rights, secret, delete). Random, not a counter, so a Redis that
+lost the key and counted again never repeats a generation a process already holds."""
 ACCESS_KEY_GENERATION_CHECK_S = 0.25
 """A process reads the generation at most this often (s): with Redis's round trip, a revoked
 key is refused everywhere within 1 s."""
@@ -222,6 +222,29 @@ def access_key_by_hash(token_hash: str) -> AccessKey | None:
     return None if found == _MISSING else found
 
 
+def access_key_by_name(name: str) -> AccessKey | None:
+    """The access key named ``name``, or None: the AccessKey of a RocketMQ client's signature
+    (``broker.services.access_key_secrets``).
+
+    Cached as ``access_key_by_hash`` (under the access keys' generation: a key revoked, changed
+    or given a new secret in any process is seen here within 1 s); an unknown name is read
+    again next time.
+    """
+    if _timeout_s() <= 0:
+        return AccessKey.objects.filter(name=name).first()
+    key = _access_key_name_cache_key(name)
+    found = _lookup_cache.get(key)
+    if found is None:
+        found = AccessKey.objects.filter(name=name).first()
+        if found is not None:
+            _lookup_cache.set(key, found)
+    return found
+
+
+def _access_key_name_cache_key(name: str) -> str:
+    return f"accesskey-name:{_access_key_generation.current()}:{name}"
+
+
 def _cached(key: str, load: Callable[[], Any]) -> Any:
     """The cached value of ``key``, else ``load()`` (cached for ``HALFMOON_LOOKUP_CACHE_MS``
     unless None: a missing row is read again next time)."""
@@ -278,14 +301,18 @@ def topic_forget(name: str) -> None:
 
 @receiver([post_save, post_delete], sender=AccessKey)
 def _access_key_changed(sender: type, instance: AccessKey, **kwargs: Any) -> None:
-    token_hash = instance.token_hash
+    token_hash, name = instance.token_hash, instance.name
+
+    def forget() -> None:
+        _lookup_cache.delete(_access_key_cache_key(token_hash))
+        _lookup_cache.delete(_access_key_name_cache_key(name))
 
     def committed() -> None:
         # Again after the commit: a request of this process may have read the old row meanwhile.
-        _lookup_cache.delete(_access_key_cache_key(token_hash))
+        forget()
         _access_key_generation.announce()
 
-    _lookup_cache.delete(_access_key_cache_key(token_hash))
+    forget()
     transaction.on_commit(committed)
 
 

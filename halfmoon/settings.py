@@ -248,6 +248,27 @@ except ValueError as _exc:
 HALFMOON_HOST = env_str("HALFMOON_HOST", "127.0.0.1")
 HALFMOON_PORT = env_int("HALFMOON_PORT", 8000, minimum=1, maximum=65535)
 
+# --- gRPC server (python -m halfmoon.grpc, broker.grpc; docs/operations.md "gRPC server") -------
+# HALFMOON_GRPC_PORT is a broker setting (halfmoon.broker_settings). The address the gRPC
+# processes listen on; QueryRoute and QueryAssignment answer HALFMOON_GRPC_ENDPOINT, the address
+# clients reach them at ("host:port"; default this host and port, the machine's host name when
+# listening on every address).
+HALFMOON_GRPC_HOST = env_str("HALFMOON_GRPC_HOST", "") or HALFMOON_HOST
+HALFMOON_GRPC_ENDPOINT = env_str("HALFMOON_GRPC_ENDPOINT", "")
+# TLS: both files (PEM) set, or neither (plaintext).
+HALFMOON_GRPC_TLS_CERT_FILE = env_str("HALFMOON_GRPC_TLS_CERT_FILE", "")
+HALFMOON_GRPC_TLS_KEY_FILE = env_str("HALFMOON_GRPC_TLS_KEY_FILE", "")
+if bool(HALFMOON_GRPC_TLS_CERT_FILE) != bool(HALFMOON_GRPC_TLS_KEY_FILE):
+    raise ImproperlyConfigured(
+        "Set both HALFMOON_GRPC_TLS_CERT_FILE and HALFMOON_GRPC_TLS_KEY_FILE (TLS) or neither "
+        "(plaintext)."
+    )
+# Calls without an ``authorization`` header (or with an empty Credential): refused unless true.
+HALFMOON_GRPC_ALLOW_ANONYMOUS = env_bool("HALFMOON_GRPC_ALLOW_ANONYMOUS", False)
+# Threads per gRPC process running the calls' service calls (each holds a database connection
+# while it runs); long polls and telemetry streams wait in the event loop, not in a thread.
+HALFMOON_GRPC_THREADS = env_int("HALFMOON_GRPC_THREADS", 8, minimum=1)
+
 # --- Alerts (broker.services.alerts) ------------------------------------------------------------
 # Where the alerts' webhooks may go: the same syntax and rule as the check URLs (a listed name
 # is accepted unresolved when the receiver is saved; every address it resolves to when a

@@ -26,6 +26,7 @@ from broker.admin.base import (
     value_checked,
 )
 from broker.conf import conf
+from broker.services.access_key_secrets import access_key_secret_clear, access_key_secret_set
 from broker.services.admin import (
     access_key_create,
     access_key_groups_validate,
@@ -228,13 +229,50 @@ class AccessKeyForm(forms.ModelForm):
 @admin.register(models.AccessKey)
 class AccessKeyAdmin(ServiceAdmin):
     """Access keys: the token is made by ``access_key_create`` and shown once, in a message
-    after the key is saved; only its SHA-256 is stored. Deleting a key revokes it."""
+    after the key is saved; only its SHA-256 is stored. Deleting a key revokes it.
+
+    A key's RocketMQ SecretKey (gRPC signatures, ``broker.services.access_key_secrets``) is
+    made by an action and shown once, in a message; the admin shows only whether a key has one,
+    never the secret or its ciphertext."""
 
     form = AccessKeyForm
     fields = ["name", "is_admin", "producer_groups", "consumer_groups"]
-    change_readonly_fields = ("name", "token_prefix", "created_timestamp")
-    list_display = ["name", "token_prefix", "is_admin", "producer_groups", "consumer_groups"]
+    change_readonly_fields = ("name", "token_prefix", "has_rocketmq_secret", "created_timestamp")
+    list_display = [
+        "name",
+        "token_prefix",
+        "is_admin",
+        "producer_groups",
+        "consumer_groups",
+        "has_rocketmq_secret",
+    ]
     search_fields = ["name"]
+    actions = ["rocketmq_secret_set", "rocketmq_secret_clear"]
+
+    @admin.display(boolean=True, description="RocketMQ secret")
+    def has_rocketmq_secret(self, obj: models.AccessKey) -> bool:
+        return obj.secret_encrypted != ""
+
+    @admin.action(description="Give the selected keys a new RocketMQ SecretKey (shown once)")
+    def rocketmq_secret_set(self, request: HttpRequest, queryset: Any) -> None:
+        for key in queryset:
+            secret = access_key_secret_set(name=key.name)
+            messages.success(
+                request,
+                f"The RocketMQ SecretKey of access key {key.name} (AccessKey {key.name}) is "
+                f"{secret} . Copy it now: it is shown this once only (it is stored encrypted).",
+            )
+
+    @admin.action(description="Remove the selected keys' RocketMQ SecretKey")
+    def rocketmq_secret_clear(self, request: HttpRequest, queryset: Any) -> None:
+        names = [key.name for key in queryset]
+        for name in names:
+            access_key_secret_clear(name=name)
+        messages.success(
+            request,
+            f"No RocketMQ SecretKey any more for {', '.join(names)}: their signed gRPC calls "
+            "are refused.",
+        )
 
     def has_delete_permission(
         self, request: HttpRequest, obj: models.AccessKey | None = None

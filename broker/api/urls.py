@@ -9,8 +9,15 @@ from django.urls import path
 from broker import converters  # noqa: F401 - registers the name and msgid converters
 from broker.api.views.alerts import AlertRuleDetailView, AlertRuleListCreateView
 from broker.api.views.batch import MessageBatchView, TransactionBatchView, TransactionEndBatchView
+from broker.api.views.clients import ConsumerGroupClientsView, ProducerGroupClientsView
 from broker.api.views.long_poll import CheckRequestsView, ReceiveView
-from broker.api.views.messages import AckView, MessageDetailView, MessageListCreateView
+from broker.api.views.messages import (
+    AckView,
+    ChangeInvisibleDurationView,
+    DeadLetterView,
+    MessageDetailView,
+    MessageListCreateView,
+)
 from broker.api.views.reconciliation import (
     ReconciliationRunDetailView,
     ReconciliationRunLatestView,
@@ -62,6 +69,13 @@ _ROUTES = [
     ("consumer-groups", ConsumerGroupListCreateView, "consumer-group-list"),
     ("consumer-groups/<name:group>/receive", ReceiveView, "consumer-receive"),
     ("consumer-groups/<name:group>/ack", AckView, "consumer-ack"),
+    ("consumer-groups/<name:name>/clients", ConsumerGroupClientsView, "consumer-group-clients"),
+    (
+        "consumer-groups/<name:group>/change-invisible-duration",
+        ChangeInvisibleDurationView,
+        "consumer-change-invisible-duration",
+    ),
+    ("consumer-groups/<name:group>/dead-letter", DeadLetterView, "consumer-dead-letter"),
     ("topics", TopicListCreateView, "topic-list"),
     ("topics/<name:name>", TopicDetailView, "topic-detail"),
     ("producer-groups", ProducerGroupListCreateView, "producer-group-list"),
@@ -71,6 +85,7 @@ _ROUTES = [
         CheckRequestsView,
         "producer-group-check-requests",
     ),
+    ("producer-groups/<name:name>/clients", ProducerGroupClientsView, "producer-group-clients"),
     ("reconciliation/runs", ReconciliationRunListView, "reconciliation-run-list"),
     (
         "reconciliation/runs/latest",

@@ -44,3 +44,9 @@ def messages_by_key(
     if producer_groups is not None:
         qs = qs.filter(producer_group__in=producer_groups)
     return qs.order_by("commit_log_offset")
+
+
+def message_at(commit_log_offset: int) -> Message | None:
+    """The stored message at ``commit_log_offset`` (a half message a back-check names), or
+    None when it is gone (expired past ``HALFMOON_FILE_RESERVED_HOURS``)."""
+    return Message.objects.filter(pk=commit_log_offset).first()

@@ -38,8 +38,10 @@ class TimelineEntry:
     ``timestamp``: when (ms since the epoch), None when the broker does not journal the time
     (a consumer's ack deletes its delivery; these come last); ``kind``: what (see
     ``transaction_timeline``); ``title``: one line for people; ``actor``: who caused it
-    (producer group, ``scan``, ``http`` / ``poll`` check channel, ``operator:<name>``, a
-    consumer group) or ""; ``detail``: the journal's own fields.
+    (producer group, ``scan``, ``http`` / ``poll`` / ``telemetry`` check channel,
+    ``operator:<name>``, a consumer group) or ""; ``detail``: the journal's own fields;
+    ``channel``: for a check (``check_sent``, ``check_undelivered``), how it travelled, by its
+    operator-facing name (``check_channel_name``), else "".
     """
 
     timestamp: int | None
@@ -47,6 +49,19 @@ class TimelineEntry:
     title: str
     actor: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    channel: str = ""
+
+
+CHECK_CHANNEL_NAMES = {"http": "webhook", "poll": "long poll", "telemetry": "telemetry (gRPC)"}
+"""A check journal row's ``actor`` (its channel) by the name operators know it: a POST to the
+group's check URL, a hand-out to a producer long-polling its check requests, a
+``RecoverOrphanedTransactionCommand`` written on a RocketMQ client's telemetry stream."""
+
+
+def check_channel_name(actor: str) -> str:
+    """The operator-facing name of the channel a check journal row's ``actor`` names
+    (``CHECK_CHANNEL_NAMES``; an unknown one as it is)."""
+    return CHECK_CHANNEL_NAMES.get(actor, actor)
 
 
 def _ms(value: Any) -> str:
@@ -57,14 +72,23 @@ def _event_entry(event: TransactionEvent, check_max: int) -> TimelineEntry:
     """A check, discard, resume or operator journal row as a timeline entry."""
     kind, d = event.kind, dict(event.detail or {})
     d.setdefault("check_times", event.check_times)
+    channel = ""
     if kind == TransactionEvent.Kind.CHECK_SENT:
+        channel = check_channel_name(event.actor)
         answer = event.outcome or "no answer yet (handed to a poller)"
-        title = f"Check {event.check_times} of {check_max} sent over {event.actor}: {answer}"
+        title = f"Check {event.check_times} of {check_max} sent over {channel}"
+        if d.get("client_id"):
+            title += f" to client {d['client_id']}"
+        title += f": {answer}"
         if d.get("latency_ms") is not None:
             title += f" in {_ms(d['latency_ms'])}"
         d["answer"] = event.outcome
     elif kind == TransactionEvent.Kind.CHECK_UNDELIVERED:
-        title = f"Check not delivered ({d.get('error') or 'no error text'}); retry in {_ms(d.get('retry_in_ms'))}"
+        channel = check_channel_name(event.actor)
+        error = d.get("error") or "no error text"
+        title = (
+            f"Check not delivered over {channel} ({error}); retry in {_ms(d.get('retry_in_ms'))}"
+        )
     elif kind == TransactionEvent.Kind.DISCARDED:
         title = f"Discarded by the scan: {event.outcome} after {event.check_times} checks"
         d["reason"] = event.outcome
@@ -85,7 +109,7 @@ def _event_entry(event: TransactionEvent, check_max: int) -> TimelineEntry:
             title += f": {d['reason']}"
     else:
         title = f"{kind} {event.outcome}".strip()
-    return TimelineEntry(event.timestamp, kind, title, event.actor, d)
+    return TimelineEntry(event.timestamp, kind, title, event.actor, d, channel)
 
 
 def _resolution_entry(
@@ -107,6 +131,8 @@ def _resolution_entry(
     elif resolution.resolved_by == ResolvedBy.CHECK:
         actor = "check answer"
         title = f"{verb} by a check answer of producer group {tx.producer_group}"
+        if resolution.reason:  # over gRPC: "gRPC client <x-mq-client-id>", who answered
+            title += f": {resolution.reason}"
     else:
         actor = f"producer group {tx.producer_group}"
         title = f"{verb} by the producer (end transaction)"
@@ -297,10 +323,12 @@ def transaction_timeline(transaction_id: str) -> list[TimelineEntry]:
     """A transaction's history from the broker's own journals, oldest first.
 
     Kinds: ``half_stored`` (the half message; again for each resume's re-append),
-    ``check_sent`` (check number, answer, channel, ``latency_ms`` when journalled),
-    ``check_undelivered``, ``check_requested`` (an operator's "check now"), ``discarded`` and
-    ``discard_copy`` (on TRANS_CHECK_MAX_TIME_TOPIC), ``resumed``, ``resolved`` (the end:
-    commit or rollback, by the producer, a check answer or an operator with name and reason),
+    ``check_sent`` (check number, answer, channel, ``latency_ms`` when journalled, the
+    client written to for a telemetry check), ``check_undelivered`` (both with ``channel``),
+    ``check_requested`` (an operator's "check now"), ``discarded`` and ``discard_copy`` (on
+    TRANS_CHECK_MAX_TIME_TOPIC), ``resumed``, ``resolved`` (the end: commit or rollback, by the
+    producer, a check answer or an operator with name and reason; an end sent over gRPC has the
+    reason ``gRPC client <client id>``, the client that sent it),
     ``end_refused`` (a producer's or check answer's end refused because the transaction had
     already ended), ``delivered`` (the message on its real topic), then per consumer group from
     the delivery journal ``consumer_received`` (each attempt), ``consumer_acked`` and

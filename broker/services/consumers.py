@@ -11,6 +11,8 @@ Every hand-out (each attempt), ack and dead letter is also journalled as a ``Del
 (the delivery journal), in the same database transaction and with one bulk insert per call:
 the ``Delivery`` row is deleted on ack, the journal keeps when each consumer group received and
 acked each message (the transaction timeline, the archive and the reconciliation read it).
+What a consumer does to one delivery by its receipt handle besides the ack (change its invisible
+duration, forward it to the DLQ) is in ``broker.services.deliveries``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ class Received:
     receipt_handle: str
 
 
-def _new_handle() -> str:
+def receipt_handle_new() -> str:
+    """A new receipt handle: 32 URL-safe characters (24 random bytes), unguessable, so a
+    handle names one hand-out of one delivery (``Delivery.receipt_handle``, at most 64)."""
     return secrets.token_urlsafe(24)
 
 
@@ -78,9 +82,19 @@ def _journal_entry(
     )
 
 
-def _dead_letter(delivery: Delivery, group: ConsumerGroup, *, now: int) -> DeliveryEvent:
-    """Move a message past its group's max_delivery_attempts to %DLQ%{group} (inside atomic);
-    returns its ``dead_lettered`` journal row, for the caller to insert."""
+def delivery_move_to_dlq(delivery: Delivery, group: ConsumerGroup, *, now: int) -> DeliveryEvent:
+    """Copy the message of ``delivery`` to ``%DLQ%{group}`` (queue 0, created on first use) and
+    delete the delivery: the move of a message past its group's ``max_delivery_attempts``
+    (RocketMQ's ``sendMsgBack`` to the DLQ), also asked for by a consumer
+    (``broker.services.deliveries.delivery_dead_letter``). The copy keeps the msg_id and adds
+    ORIGIN_MESSAGE_ID, RETRY_TOPIC and the delivery attempt to its properties.
+
+    ``delivery`` must be locked by the caller's ``transaction.atomic()`` (``select_for_update``)
+    with its ``message`` loaded; ``now`` (ms) is the journal row's time.
+
+    Returns:
+        its ``dead_lettered`` journal row (not saved), for the caller to insert.
+    """
     message = delivery.message
     props = {
         **message.properties,
@@ -154,11 +168,11 @@ def messages_receive(
         )
         for delivery in expired:
             if delivery.delivery_attempt >= group.max_delivery_attempts:
-                journal.append(_dead_letter(delivery, group, now=now))
+                journal.append(delivery_move_to_dlq(delivery, group, now=now))
                 continue
             delivery.delivery_attempt += 1
             delivery.invisible_until_timestamp = until
-            delivery.receipt_handle = _new_handle()
+            delivery.receipt_handle = receipt_handle_new()
             delivery.save(
                 update_fields=["delivery_attempt", "invisible_until_timestamp", "receipt_handle"]
             )
@@ -280,7 +294,7 @@ def _take(
             "topic": topic,
             "queue_order": order,
             "want": want - len(out),
-            "handles": [_new_handle() for _ in range(want - len(out))],
+            "handles": [receipt_handle_new() for _ in range(want - len(out))],
             "until": until,
             "now": now,
             "kind": DeliveryEvent.Kind.DELIVERED.value,

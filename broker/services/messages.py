@@ -5,8 +5,10 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from broker.constants import PROPERTY_PRODUCER_GROUP, PROPERTY_UNIQ_KEY
-from broker.errors import Forbidden, not_found
+from django.db import connection, transaction
+
+from broker.constants import MSG_ID_PATTERN, PROPERTY_PRODUCER_GROUP, PROPERTY_UNIQ_KEY
+from broker.errors import Forbidden, InvalidInput, not_found
 from broker.lookups import topic_by_name
 from broker.models import Message, Topic
 from broker.rules.topics import is_system_topic
@@ -29,6 +31,21 @@ def producer_topic_get(name: str) -> Topic:
     return topic
 
 
+def msg_id_validate(msg_id: str) -> None:
+    """Check a message id a producer made itself (a RocketMQ 5 client's, 34 upper-case hex
+    characters): 1 to 64 characters of ``A-Z a-z 0-9 _ . : -`` (``MSG_ID_PATTERN``).
+
+    Raises:
+        InvalidInput: ``invalid_msg_id``.
+    """
+    if not MSG_ID_PATTERN.match(msg_id):
+        raise InvalidInput(
+            "A message id is 1 to 64 characters of A-Z a-z 0-9 _ . : -.",
+            code="invalid_msg_id",
+            details={"msg_id": msg_id},
+        )
+
+
 def queue_select(msg_id: str, queue_nums: int) -> int:
     """The queue a message goes to: spread evenly by its msg_id (CRC32), stable for retries."""
     return zlib.crc32(msg_id.encode()) % queue_nums
@@ -43,13 +60,16 @@ def message_plan(
     keys: str = "",
     properties: dict[str, Any] | None = None,
     producer_group: str = "",
+    msg_id: str | None = None,
 ) -> Message:
-    """Check a normal message and build it, unsaved, with a new msg_id (UNIQ_KEY) and its
-    queue (``queue_select``): every rule of a send that needs no write (``message_send``'s
-    arguments and errors)."""
+    """Check a normal message and build it, unsaved, with its msg_id (UNIQ_KEY: ``msg_id``,
+    else a new one) and its queue (``queue_select``): every rule of a send that needs no write
+    (``message_send``'s arguments and errors)."""
     props = message_validate(body=body, properties=properties)
+    if msg_id is not None:
+        msg_id_validate(msg_id)
     topic_obj = producer_topic_get(topic)
-    msg_id = new_msg_id()
+    msg_id = msg_id or new_msg_id()
     props[PROPERTY_UNIQ_KEY] = msg_id
     if producer_group:
         props[PROPERTY_PRODUCER_GROUP] = producer_group
@@ -71,14 +91,36 @@ def message_send(**send: Any) -> Message:
 
     Args:
         send: ``message_plan``'s keyword arguments (``topic``, ``body``, ``body_is_text``,
-            ``tags``, ``keys``, ``properties``, ``producer_group``).
+            ``tags``, ``keys``, ``properties``, ``producer_group``, ``msg_id``).
+
+    With ``msg_id`` (a RocketMQ 5 client makes its message ids and resends a failed send with
+    the same one), the send is idempotent: a message with that msg_id already stored on the
+    same topic by the same producer group is returned and nothing is stored (concurrent sends
+    of one msg_id are serialised by a transaction-level advisory lock on it).
 
     Returns the stored message (``commit_log_offset``, ``queue_id``, ``queue_offset`` set).
 
     Raises:
         Forbidden, NotFound: see ``producer_topic_get``. TooLarge, InvalidInput: see
-        ``message_validate``.
+        ``message_validate``; ``invalid_msg_id`` (``msg_id_validate``).
     """
     message = message_plan(**send)
-    messages_store([message])
+    if send.get("msg_id") is None:
+        messages_store([message])
+        return message
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [message.msg_id]
+            )
+        stored = (
+            Message.objects.filter(
+                msg_id=message.msg_id, topic=message.topic, producer_group=message.producer_group
+            )
+            .order_by("commit_log_offset")
+            .first()
+        )
+        if stored is not None:
+            return stored
+        messages_store([message])
     return message

@@ -1,6 +1,8 @@
-"""Console pages: topics, producer groups and consumer groups.
+"""Console pages: topics, producer groups and consumer groups, and each group's RocketMQ
+clients seen over gRPC.
 
-The lists are for viewers and up (reads through ``broker.selectors.topology``); creating and
+The lists are for viewers and up (reads through ``broker.selectors.topology`` and
+``broker.selectors.clients``); creating and
 editing is for admins (``ManageConsoleRequired``) and goes through the same services as the
 API (``broker.services.admin``). A service's ``InvalidInput`` or ``Conflict`` is shown as a
 form error (status 400); an unknown or broker-owned name is a 404.
@@ -15,8 +17,16 @@ from django.shortcuts import render
 from django.urls import URLPattern, path
 from django.views import View
 
+from broker.conf import conf
 from broker.errors import NotFound
-from broker.models import ConsumerGroup, ProducerGroup, Topic
+from broker.models import ClientConnection, ConsumerGroup, ProducerGroup, Topic
+from broker.selectors.clients import (
+    ClientCounts,
+    client_connections_of_consumer_group,
+    client_connections_of_producer_group,
+    client_counts_by_consumer_group,
+    client_counts_by_producer_group,
+)
 from broker.selectors.queries import first_or_not_found
 from broker.selectors.reconciliation import (
     producer_group_analytics,
@@ -50,14 +60,16 @@ class TopicListView(ViewConsoleRequired, View):
 
 
 class ProducerGroupListView(ViewConsoleRequired, View):
-    """``/console/producer-groups/``: check URL, reachability, backoff, pending counts, and
-    each group's figures from the latest successful reconciliation (``analytics``: final
-    states, discard rate, worst hourly latency percentiles, time unreachable)."""
+    """``/console/producer-groups/``: check URL, reachability, backoff, pending counts, its
+    gRPC clients (live and recently gone, linking to its connection list), and each group's
+    figures from the latest successful reconciliation (``analytics``: final states, discard
+    rate, worst hourly latency percentiles, time unreachable)."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
         run = reconciliation_run_latest_or_none()
+        clients = client_counts_by_producer_group()
         context = {
-            "rows": producer_group_rows(),
+            "rows": [(r, clients.get(r.group.name, ClientCounts())) for r in producer_group_rows()],
             "analytics_run": run,
             "analytics": list(producer_group_analytics(run).values()) if run else [],
         }
@@ -65,12 +77,52 @@ class ProducerGroupListView(ViewConsoleRequired, View):
 
 
 class ConsumerGroupListView(ViewConsoleRequired, View):
-    """``/console/consumer-groups/``: lag per topic, in-flight deliveries, DLQ count."""
+    """``/console/consumer-groups/``: lag per topic, in-flight deliveries, DLQ count, its gRPC
+    clients (live and recently gone, linking to its connection list)."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        return render(
-            request, "console/topology/consumer_groups.html", {"rows": consumer_group_rows()}
-        )
+        clients = client_counts_by_consumer_group()
+        rows = [(r, clients.get(r.group.name, ClientCounts())) for r in consumer_group_rows()]
+        return render(request, "console/topology/consumer_groups.html", {"rows": rows})
+
+
+def _clients_page(
+    request: HttpRequest, *, side: str, group: str, clients: list[ClientConnection]
+) -> HttpResponse:
+    """A group's connection list: ``side`` ``producer`` or ``consumer``, its ``clients``
+    (annotated ``live``, live first) and the live window (``HALFMOON_GRPC_CLIENT_EXPIRY_MS``)."""
+    context = {
+        "group": group,
+        "side": side,
+        "clients": clients,
+        "expiry_s": conf.grpc_client_expiry_ms // 1000,
+    }
+    return render(request, "console/topology/group_clients.html", context)
+
+
+class ProducerGroupClientsView(ViewConsoleRequired, View):
+    """``/console/producer-groups/<name>/clients/``: the group's RocketMQ clients seen over
+    gRPC (rocketmq-dashboard's producer connections): live ones first, then those gone within
+    the last hour. An unknown group is a 404."""
+
+    def get(self, request: HttpRequest, name: str) -> HttpResponse:
+        try:
+            clients = client_connections_of_producer_group(name)
+        except NotFound as error:
+            raise Http404(error.message) from error
+        return _clients_page(request, side="producer", group=name, clients=clients)
+
+
+class ConsumerGroupClientsView(ViewConsoleRequired, View):
+    """``/console/consumer-groups/<name>/clients/``: the group's simple and push consumers seen
+    over gRPC (rocketmq-dashboard's consumer connections), as ``ProducerGroupClientsView``."""
+
+    def get(self, request: HttpRequest, name: str) -> HttpResponse:
+        try:
+            clients = client_connections_of_consumer_group(name)
+        except NotFound as error:
+            raise Http404(error.message) from error
+        return _clients_page(request, side="consumer", group=name, clients=clients)
 
 
 def _found(queryset: Any, kind: Any, name: str | None) -> Any:
@@ -185,11 +237,21 @@ urlpatterns: list[URLPattern] = [
         ProducerGroupEditView.as_view(),
         name="producer_group_edit",
     ),
+    path(
+        "producer-groups/<str:name>/clients/",
+        ProducerGroupClientsView.as_view(),
+        name="producer_group_clients",
+    ),
     path("consumer-groups/", ConsumerGroupListView.as_view(), name="consumer_groups"),
     path("consumer-groups/new/", ConsumerGroupCreateView.as_view(), name="consumer_group_create"),
     path(
         "consumer-groups/<str:name>/edit/",
         ConsumerGroupEditView.as_view(),
         name="consumer_group_edit",
+    ),
+    path(
+        "consumer-groups/<str:name>/clients/",
+        ConsumerGroupClientsView.as_view(),
+        name="consumer_group_clients",
     ),
 ]

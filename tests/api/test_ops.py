@@ -117,8 +117,9 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert schema["openapi"].startswith("3.")
     assert api_v1_paths() <= set(schema["paths"])
     # api-v1's 20 (the reconciliation runs and the three batches included), the timeline, the
-    # two alert-rules paths and the list of reconciliation runs (docs/api.md)
-    assert len(api_v1_paths()) == 24
+    # two alert-rules paths, the list of reconciliation runs, the producer and consumer groups'
+    # gRPC clients, and a delivery's change-invisible-duration and dead-letter (docs/api.md)
+    assert len(api_v1_paths()) == 28
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}

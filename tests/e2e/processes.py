@@ -6,7 +6,8 @@ a Redis database of the test's own.
   ``REDIS_URL``, ``HALFMOON_VAR_DIR``, extra broker settings).
 - ``manage``: run ``manage.py`` with that environment and return its output.
 - ``Stack``: start processes, wait for them, report their logs, stop them (whole groups);
-  ``Stack.start_broker`` starts the quick start's web, worker and beat and waits until web and worker are up.
+  ``Stack.start_broker`` starts the quick start's web, worker, beat and gRPC server and waits
+  until web, worker and gRPC server are up (``Stack.grpc_endpoint``: the gRPC server's address).
 - ``pg_database``: a fresh PostgreSQL database on the tests' server (``PG_ADMIN_URL``), dropped
   afterwards.
 - ``free_port``: a port of 18000-18049 nothing listens on.
@@ -34,6 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import grpc
 import httpx
 import psutil
 import psycopg
@@ -157,17 +159,22 @@ class Stack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
         self.args: dict[str, tuple[str, ...]] = {}
+        self.envs: dict[str, dict[str, str]] = {}
+        self.grpc_endpoint = ""
+        """``host:port`` of the gRPC server ``grpc`` (``start_grpc``; "" before)."""
 
-    def start(self, name: str, *args: str) -> None:
-        """Start ``python *args`` as ``name``, logging to ``<tmp>/<name>.log``."""
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        """Start ``python *args`` as ``name``, logging to ``<tmp>/<name>.log``, with the stack's
+        environment and ``env`` on top."""
         log = self.tmp / f"{name}.log"
         self.logs[name] = log
         self.args[name] = args
+        self.envs[name] = env or {}
         with log.open("wb") as out:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, *args],
                 cwd=ROOT,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -183,7 +190,7 @@ class Stack:
         while (kept := self.tmp / f"{name}.{n}.log").exists():
             n += 1
         self.logs[name].rename(kept)
-        self.start(name, *self.args[name])
+        self.start(name, *self.args[name], env=self.envs[name])
         return kept
 
     def start_web(self, port: int, processes: int = 1) -> str:
@@ -205,11 +212,30 @@ class Stack:
             if name == "web" or (name.startswith("web") and name[3:].isdigit())
         )
 
-    def start_broker(self, port: int, *, web_workers: int = 2) -> str:
+    def start_grpc(
+        self, port: int, *, name: str = "grpc", env: dict[str, str] | None = None
+    ) -> str:
+        """Start a gRPC server as deploy/supervisord.conf does (``python -m halfmoon.grpc --host
+        127.0.0.1 --port <port>``) as ``name``, with ``env`` on top of the stack's environment
+        (e.g. ``HALFMOON_GRPC_ENDPOINT``); wait until it completes an HTTP/2 handshake. Returns
+        its address (``127.0.0.1:<port>``), which becomes ``grpc_endpoint`` when ``name`` is
+        ``grpc`` (the broker's own; other names are extra servers a test sets up)."""
+        endpoint = f"127.0.0.1:{port}"
+        self.start(name, "-m", "halfmoon.grpc", "--host", "127.0.0.1", "--port", str(port), env=env)
+        self.wait_until(f"the gRPC server {name} at {endpoint}", lambda: grpc_ready(endpoint))
+        if name == "grpc":
+            self.grpc_endpoint = endpoint
+        return endpoint
+
+    def start_broker(self, port: int, *, web_workers: int = 2, grpc_port: int | None = None) -> str:
         """Start the quick start's processes (deploy/supervisord.conf) directly: ``web_workers``
-        web servers on ``port`` (``start_web``), ``worker`` (Celery, prefork, 2 processes) and
-        ``beat``; wait until ``/healthz`` answers and the worker is ready. Returns the base URL."""
+        web servers on ``port`` (``start_web``), ``worker`` (Celery, prefork, 2 processes),
+        ``beat`` and the gRPC server ``grpc`` on ``grpc_port`` (a free port when None:
+        ``start_grpc``); wait until ``/healthz`` answers, the worker is ready and the gRPC
+        server accepts connections. Returns the base URL; the gRPC server's address is
+        ``grpc_endpoint``."""
         url = self.start_web(port, web_workers)
+        self.start_grpc(grpc_port or free_port())
         self.start(
             "worker", "-m", "celery", "-A", "tasks", "worker", "--concurrency", "2",
             "--pool", "prefork", "-l", "info",
@@ -386,6 +412,19 @@ def main_processes(root: psutil.Process) -> dict[str, psutil.Process]:
             if main and (name not in found or proc.pid < found[name].pid):
                 found[name] = proc
     return found
+
+
+def grpc_ready(endpoint: str, timeout_s: float = 2) -> bool:
+    """True when a gRPC channel to ``endpoint`` (``host:port``, plaintext) becomes ready (TCP
+    connection and HTTP/2 handshake) within ``timeout_s``."""
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+    return True
 
 
 def healthy(url: str) -> bool:

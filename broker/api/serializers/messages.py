@@ -19,6 +19,7 @@ from broker.constants import (
 from broker.models import (
     Message,
 )
+from broker.services.deliveries import CHANGE_INVISIBLE_DURATION_MS
 
 
 def body_fields(message: Message) -> dict[str, str]:
@@ -92,6 +93,27 @@ class AckInSerializer(serializers.Serializer):
     receipt_handles = serializers.ListField(
         child=StrictCharField(max_length=64), min_length=1, max_length=1024
     )
+
+
+class ChangeInvisibleDurationInSerializer(serializers.Serializer):
+    receipt_handle = StrictCharField(max_length=64)
+    invisible_duration_ms = StrictIntegerField(
+        min_value=CHANGE_INVISIBLE_DURATION_MS[0],
+        max_value=CHANGE_INVISIBLE_DURATION_MS[1],
+        help_text="From now until the message is visible again (ms); 0: at once",
+    )
+
+
+class ChangeInvisibleDurationOutSerializer(serializers.Serializer):
+    """``broker.services.deliveries.InvisibleChanged``: the new receipt handle (the old one no
+    longer works) and when the message becomes visible again (ms)."""
+
+    receipt_handle = serializers.CharField()
+    invisible_until_timestamp = serializers.IntegerField()
+
+
+class DeadLetterInSerializer(serializers.Serializer):
+    receipt_handle = StrictCharField(max_length=64)
 
 
 class CheckRequestsQuerySerializer(serializers.Serializer):

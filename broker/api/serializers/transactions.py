@@ -156,13 +156,15 @@ class TransactionOutSerializer(serializers.ModelSerializer):
 class TimelineEntrySerializer(serializers.Serializer):
     """One fact of a transaction's history (``broker.selectors.timeline.TimelineEntry``):
     ``timestamp`` ms since the epoch (null when not journalled), ``kind``, ``title``,
-    ``actor`` (who caused it, or "") and the journal's ``detail``."""
+    ``actor`` (who caused it, or ""), the journal's ``detail`` and, for a check, ``channel``:
+    how it travelled (``webhook``, ``long poll``, ``telemetry (gRPC)``; "" for other kinds)."""
 
     timestamp = serializers.IntegerField(allow_null=True)
     kind = serializers.CharField()
     title = serializers.CharField()
     actor = serializers.CharField(allow_blank=True)
     detail = serializers.DictField()
+    channel = serializers.CharField(allow_blank=True)
 
 
 class TransactionTimelineOutSerializer(serializers.Serializer):

@@ -1,4 +1,5 @@
-"""api-v1 normal messages: send, list by key, one by msg id, and a consumer's ack."""
+"""api-v1 normal messages: send, list by key, one by msg id, and what a consumer does to a
+received message: ack, change its invisible duration, forward it to the dead-letter topic."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from broker.api.permissions import (
 from broker.api.serializers.messages import (
     AckInSerializer,
     AckOutSerializer,
+    ChangeInvisibleDurationInSerializer,
+    ChangeInvisibleDurationOutSerializer,
+    DeadLetterInSerializer,
     MessageOutSerializer,
     MessageQuerySerializer,
     MessageSendInSerializer,
@@ -24,7 +28,7 @@ from broker.api.serializers.messages import (
 from broker.api.shapes import represented, validated
 from broker.api.views.base import ERRORS, error_responses
 from broker.selectors.messages import message_get, messages_by_key
-from broker.services import consumers, messages
+from broker.services import consumers, deliveries, messages
 
 
 class MessageListCreateView(APIView):
@@ -80,3 +84,38 @@ class AckView(APIView):
             consumer_group=group, receipt_handles=data["receipt_handles"]
         )
         return Response({"acked": acked, "failed": failed})
+
+
+class ChangeInvisibleDurationView(APIView):
+    @extend_schema(
+        request=ChangeInvisibleDurationInSerializer,
+        responses={200: ChangeInvisibleDurationOutSerializer, **error_responses(404, 413)},
+        summary="Change a received message's invisible duration",
+        description="RocketMQ 5 ChangeInvisibleDuration: the message stays invisible to the "
+        "group's receivers for `invisible_duration_ms` from now (0: visible at once), under the "
+        "new `receipt_handle` answered; the old handle no longer works. 404 "
+        "`consumer_group_not_found`, or `invalid_receipt_handle` for a handle that is unknown, "
+        "another group's, acked, or superseded by a redelivery or a new handle.",
+    )
+    def post(self, request: Request, group: str) -> Response:
+        require_consumer(request, group)
+        data = validated(ChangeInvisibleDurationInSerializer, request.data)
+        changed = deliveries.delivery_invisible_change(consumer_group=group, **data)
+        return Response(represented(ChangeInvisibleDurationOutSerializer, changed))
+
+
+class DeadLetterView(APIView):
+    @extend_schema(
+        request=DeadLetterInSerializer,
+        responses={204: None, **error_responses(404, 413)},
+        summary="Forward a received message to the dead-letter topic",
+        description="RocketMQ 5 ForwardMessageToDeadLetterQueue: the message moves to "
+        "`%DLQ%{group}` now, whatever its delivery attempt, and is not delivered to the group "
+        "again. 404 `consumer_group_not_found`, or `invalid_receipt_handle` for a handle that "
+        "is unknown, another group's, acked, or superseded by a redelivery or a new handle.",
+    )
+    def post(self, request: Request, group: str) -> Response:
+        require_consumer(request, group)
+        data = validated(DeadLetterInSerializer, request.data)
+        deliveries.delivery_dead_letter(consumer_group=group, **data)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -21,6 +21,7 @@ from broker.conf import conf
 from broker.models import ClientConnection, now_ms
 from broker.plumbing.telemetry_bus import telemetry_commands_send
 from broker.rules.states import CheckAnswer
+from broker.selectors.clients import client_connection_live_q
 from broker.services.checks.payload import CheckJob, CheckOutcome
 
 RECOVER_ORPHANED_TRANSACTION = "recover_orphaned_transaction"
@@ -44,9 +45,7 @@ def check_clients(job: CheckJob, live: Sequence[ClientConnection]) -> list[Clien
 def _live_producer_clients(groups: set[str], *, now: int) -> list[ClientConnection]:
     """The live producer clients (most recently heard from first) having one of ``groups``."""
     clients = ClientConnection.objects.filter(
-        kind=ClientConnection.Kind.PRODUCER,
-        disconnected_timestamp__isnull=True,
-        last_heartbeat_timestamp__gte=now - conf.grpc_client_expiry_ms,
+        client_connection_live_q(now=now), kind=ClientConnection.Kind.PRODUCER
     ).order_by("-last_heartbeat_timestamp", "client_id")
     return [c for c in clients if groups.intersection(c.producer_groups)]
 
