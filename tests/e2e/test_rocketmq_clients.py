@@ -15,7 +15,7 @@ database:
 3. a send the client retries (its first answer held by a proxy past the client's timeout) is
    stored once; a wrong signature is refused (UNAUTHORIZED); the client that sent a half
    message is killed while checking it and another client of the group answers the next check;
-4. an operator's commit (the API's resolve) of a half message sent over gRPC reaches a gRPC
+4. an operator's commit in the console (Chromium) of a half message sent over gRPC reaches a gRPC
    SimpleConsumer; an HTTP producer's commit reaches a gRPC consumer and a gRPC producer's
    commit an HTTP consumer.
 """
@@ -45,13 +45,25 @@ import httpx
 import psycopg
 import pytest
 import redis
+from playwright.sync_api import expect, sync_playwright
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage, pg_database, tail
+from tests.e2e.processes import (
+    ROOT,
+    Stack,
+    broker_env,
+    chromium_launch,
+    console_sign_in,
+    free_port,
+    manage,
+    pg_database,
+    tail,
+)
 
 pytestmark = pytest.mark.e2e
 
-PG_DATABASE = "halfmoon_e2e_rocketmq"
+PG_DATABASE = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_rocketmq"
+OPERATOR_PASSWORD = "rocketmq-operator-pw"  # noqa: S105 - a test console user's
 REDIS_URL = "redis://127.0.0.1:6379/9"
 CHECK_SETTINGS = {
     "HALFMOON_TRANSACTION_TIMEOUT_MS": "1000",
@@ -278,6 +290,9 @@ def halfmoon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Halfmoon]:
             settings=CHECK_SETTINGS,
         )
         manage(env, "migrate", "--noinput", "-v", "0")
+        manage(env, "collectstatic", "--noinput", "-v", "0")
+        manage(env, "create_console_user", "operator", "--role", "operator",
+               "--password", OPERATOR_PASSWORD)  # fmt: skip
         admin_token = last_line(manage(env, "create_access_key", "e2e-admin", "--admin"))
         admin_secret = last_line(manage(env, "access_key_secret", "e2e-admin"))
         manage(
@@ -595,12 +610,23 @@ def test_an_operator_s_commit_reaches_a_grpc_consumer(halfmoon: Halfmoon) -> Non
     assert producer.proc.wait(timeout=60) == 0, producer.report()
     producer._reader.join(timeout=5)
     message_id = producer.one("sent")["message_id"]
-    answer = hm.api(
-        "POST",
-        f"/transactions/{message_id}/resolve",
-        json={"action": "commit", "reason": "paid, checked by hand"},
-    )
-    assert answer.status_code == 200 and answer.json()["state"] == "COMMITTED", answer.text
+    reason = "paid, checked by hand"
+    with sync_playwright() as playwright:
+        browser = chromium_launch(playwright)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            console_sign_in(page, hm.url, "operator", OPERATOR_PASSWORD)
+            page.goto(f"{hm.url}/console/transactions/{message_id}/")
+            expect(page.locator("#tx-state")).to_have_text("PREPARED")
+            page.get_by_role("button", name=re.compile(r"^commit", re.I)).first.click()
+            dialog = page.locator("dialog[open]")
+            dialog.locator('textarea[name="reason"]').fill(reason)
+            dialog.locator('[type="submit"]').first.click()
+            expect(page.locator("#tx-state")).to_have_text("COMMITTED")
+            expect(page.locator("ol.timeline")).to_contain_text(reason)
+        finally:
+            browser.close()
     hm.wait("the consumer to receive it", lambda: bool(consumer.of("received")))
     received = consumer.one("received")
     assert (received["message_id"], received["body"]) == (message_id, "left to the operator 0")
