@@ -79,6 +79,7 @@ NotFoundKind = Literal[
     "transaction",
     "alert_rule",
     "access_key",
+    "alert_receiver",
 ]
 
 # What each kind is called in the message, and the details key naming it (api-v1 error codes
@@ -91,6 +92,7 @@ _NOT_FOUND: dict[NotFoundKind, tuple[str, str]] = {
     "transaction": ("Transaction", "transaction_id"),
     "alert_rule": ("Alert rule", "name"),
     "access_key": ("Access key", "name"),
+    "alert_receiver": ("Alert receiver", "name"),
 }
 
 
@@ -101,6 +103,16 @@ def not_found(kind: NotFoundKind, name: str) -> NotFound:
     label, key = _NOT_FOUND[kind]
     return NotFound(
         f"{label} {name} does not exist.", code=f"{kind}_not_found", details={key: name}
+    )
+
+
+def silence_not_found(silence_id: int) -> NotFound:
+    """The 404 for an unknown alert silence ``silence_id``: ``alert_silence_not_found``,
+    ``details`` ``{"id": silence_id}``."""
+    return NotFound(
+        f"Silence {silence_id} does not exist.",
+        code="alert_silence_not_found",
+        details={"id": silence_id},
     )
 
 

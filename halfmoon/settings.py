@@ -351,6 +351,7 @@ SPECTACULAR_SETTINGS = {
         "TransactionEndInActionEnum": "broker.rules.states.END_ACTIONS",
         "AlertKindEnum": "broker.rules.alerts.AlertKind.choices",
         "AlertSeverityEnum": "broker.rules.alerts.AlertSeverity.choices",
+        "AlertReceiverKindEnum": "broker.api.serializers.alert_receivers.RECEIVER_KINDS",
     },
 }
 

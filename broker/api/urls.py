@@ -7,8 +7,19 @@ view runs."""
 from django.urls import path
 
 from broker import converters  # noqa: F401 - registers the name and msgid converters
+from broker.api.views.alert_receivers import (
+    AlertReceiverDetailView,
+    AlertReceiverListCreateView,
+    AlertSilenceDetailView,
+    AlertSilenceExpireView,
+    AlertSilenceListCreateView,
+)
 from broker.api.views.alerts import AlertRuleDetailView, AlertRuleListCreateView
 from broker.api.views.batch import MessageBatchView, TransactionBatchView, TransactionEndBatchView
+from broker.api.views.check_explanations import (
+    ProducerGroupCheckExplanationView,
+    TransactionCheckExplanationView,
+)
 from broker.api.views.clients import ConsumerGroupClientsView, ProducerGroupClientsView
 from broker.api.views.long_poll import CheckRequestsView, ReceiveView
 from broker.api.views.messages import (
@@ -54,6 +65,11 @@ _ROUTES = [
         "transaction-timeline",
     ),
     (
+        "transactions/<msgid:transaction_id>/check-explanation",
+        TransactionCheckExplanationView,
+        "transaction-check-explanation",
+    ),
+    (
         "transactions/<msgid:transaction_id>/resolve",
         TransactionResolveView,
         "transaction-resolve",
@@ -81,6 +97,11 @@ _ROUTES = [
     ("producer-groups", ProducerGroupListCreateView, "producer-group-list"),
     ("producer-groups/<name:name>", ProducerGroupDetailView, "producer-group-detail"),
     (
+        "producer-groups/<name:name>/check-explanation",
+        ProducerGroupCheckExplanationView,
+        "producer-group-check-explanation",
+    ),
+    (
         "producer-groups/<name:name>/check-requests",
         CheckRequestsView,
         "producer-group-check-requests",
@@ -99,6 +120,15 @@ _ROUTES = [
     ),
     ("alert-rules", AlertRuleListCreateView, "alert-rule-list"),
     ("alert-rules/<name:name>", AlertRuleDetailView, "alert-rule-detail"),
+    ("alert-receivers", AlertReceiverListCreateView, "alert-receiver-list"),
+    ("alert-receivers/<name:name>", AlertReceiverDetailView, "alert-receiver-detail"),
+    ("alert-silences", AlertSilenceListCreateView, "alert-silence-list"),
+    ("alert-silences/<int:silence_id>", AlertSilenceDetailView, "alert-silence-detail"),
+    (
+        "alert-silences/<int:silence_id>/expire",
+        AlertSilenceExpireView,
+        "alert-silence-expire",
+    ),
 ]
 
 urlpatterns = [path(route, view.as_view(), name=name) for route, view, name in _ROUTES]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, QuerySet
 
-from broker.errors import NotFound, not_found
+from broker.errors import NotFound, not_found, silence_not_found
 from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, AlertSilence
 
 RECENT_ALERTS = 50
@@ -41,6 +41,30 @@ def alert_rule_get(name: str) -> AlertRule:
 def alert_receiver_list() -> QuerySet[AlertReceiver]:
     """Every receiver, by name."""
     return AlertReceiver.objects.order_by("name")
+
+
+def alert_receiver_get(name: str) -> AlertReceiver:
+    """The receiver ``name``.
+
+    Raises:
+        NotFound: ``alert_receiver_not_found``.
+    """
+    receiver = AlertReceiver.objects.filter(name=name).first()
+    if receiver is None:
+        raise not_found("alert_receiver", name)
+    return receiver
+
+
+def alert_silence_get(silence_id: int) -> AlertSilence:
+    """The silence ``silence_id``, in force or over, with its rule.
+
+    Raises:
+        NotFound: ``alert_silence_not_found``.
+    """
+    silence = AlertSilence.objects.select_related("rule").filter(pk=silence_id).first()
+    if silence is None:
+        raise silence_not_found(silence_id)
+    return silence
 
 
 @dataclass

@@ -20,6 +20,7 @@ from django.views import View
 from broker.conf import conf
 from broker.errors import NotFound
 from broker.models import ClientConnection, ConsumerGroup, ProducerGroup, Topic
+from broker.selectors.check_explanations import check_explanation_of_producer_group
 from broker.selectors.clients import (
     ClientCounts,
     client_connections_of_consumer_group,
@@ -44,6 +45,7 @@ from console.forms.topology import (
 )
 from console.permissions import ViewConsoleRequired
 from console.views.base import ServiceFormView
+from console.views.check_explanations import check_panel
 
 
 class TopicListView(ViewConsoleRequired, View):
@@ -87,7 +89,12 @@ class ConsumerGroupListView(ViewConsoleRequired, View):
 
 
 def _clients_page(
-    request: HttpRequest, *, side: str, group: str, clients: list[ClientConnection]
+    request: HttpRequest,
+    *,
+    side: str,
+    group: str,
+    clients: list[ClientConnection],
+    extra: dict[str, Any] | None = None,
 ) -> HttpResponse:
     """A group's connection list: ``side`` ``producer`` or ``consumer``, its ``clients``
     (annotated ``live``, live first) and the live window (``HALFMOON_GRPC_CLIENT_EXPIRY_MS``)."""
@@ -96,6 +103,7 @@ def _clients_page(
         "side": side,
         "clients": clients,
         "expiry_s": conf.grpc_client_expiry_ms // 1000,
+        **(extra or {}),
     }
     return render(request, "console/topology/group_clients.html", context)
 
@@ -110,7 +118,19 @@ class ProducerGroupClientsView(ViewConsoleRequired, View):
             clients = client_connections_of_producer_group(name)
         except NotFound as error:
             raise Http404(error.message) from error
-        return _clients_page(request, side="producer", group=name, clients=clients)
+        explained = check_explanation_of_producer_group(name)
+        subject = (
+            f"the check of its pending transaction due first, {explained.next_transaction_id}"
+            f" ({explained.pending} pending)"
+            if explained.next_transaction_id
+            else ""
+        )
+        extra = {
+            "panel": check_panel(explained.explanation),
+            "subject": subject,
+            "api_path": f"GET /api/v1/producer-groups/{name}/check-explanation",
+        }
+        return _clients_page(request, side="producer", group=name, clients=clients, extra=extra)
 
 
 class ConsumerGroupClientsView(ViewConsoleRequired, View):

@@ -15,10 +15,12 @@ from django.views import View
 from broker.errors import NotFound
 from broker.models import now_ms
 from broker.rules.preview import body_preview
+from broker.selectors.check_explanations import check_explanation_of_transaction
 from broker.selectors.timeline import transaction_detail
 from broker.selectors.transactions import StuckPage, stuck_page, stuck_row
 from console.forms.transactions import TransactionFilterForm, filters_from_form
 from console.permissions import ViewConsoleRequired
+from console.views.check_explanations import check_panel
 
 ACTIONS_TEMPLATE = "console/transactions/_actions.html"
 TABLE_TARGET = "tx-table"  # the id htmx targets to reload the table alone
@@ -120,6 +122,7 @@ class TransactionDetailView(ViewConsoleRequired, View):
             raise Http404(f"No transaction {transaction_id}") from None
         half = detail.half
         preview = body_preview(bytes(half.body), is_text=half.body_is_text) if half else None
+        explained = check_explanation_of_transaction(detail.tx.transaction_id)
         context = {
             "d": detail,
             "tx": detail.tx,
@@ -127,6 +130,8 @@ class TransactionDetailView(ViewConsoleRequired, View):
             "properties": sorted((half.properties or {}).items()) if half else [],
             "now": now_ms(),
             "actions_template": _actions_template(),
+            "panel": check_panel(explained.explanation),
+            "api_path": f"GET /api/v1/transactions/{detail.tx.transaction_id}/check-explanation",
         }
         return render(request, "console/transactions/detail.html", context)
 

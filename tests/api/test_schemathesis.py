@@ -158,9 +158,12 @@ def excluded_checks(case: Any) -> list[Any]:
     """Every check runs, but one where the document cannot say it all: a producer group's
     ``check_url`` is refused (400) for a host outside ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``,
     a deployment setting no schema can state, so a schema-valid URL may rightly be refused
-    (``positive_data_acceptance``); its other checks all run."""
+    (``positive_data_acceptance``); its other checks all run. The same for an alert
+    receiver's ``url`` (``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``), and its target field
+    that its kind requires (``url`` or ``emails``, 400 ``url_required``,
+    ``emails_required``, ``invalid_email``)."""
     if case.method in ("POST", "PATCH") and case.operation.path.startswith(
-        "/api/v1/producer-groups"
+        ("/api/v1/producer-groups", "/api/v1/alert-receivers")
     ):
         return [positive_data_acceptance]
     return []

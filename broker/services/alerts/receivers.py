@@ -1,5 +1,5 @@
-"""Alert receivers: every write of an ``AlertReceiver`` (the console, the Django admin) goes
-through here. A webhook receiver's URL passes the check-target rule against
+"""Alert receivers: every write of an ``AlertReceiver`` (the console, the API, the Django
+admin) goes through here. A webhook receiver's URL passes the check-target rule against
 HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS (``webhook_url_validate``); an e-mail receiver needs at
 least one valid address. Each receiver gets a random ``secret`` (32 bytes, hex) that signs its
 webhooks, shown once when it is created."""
@@ -12,21 +12,12 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
 
-from broker.errors import InvalidInput, NotFound
+from broker.errors import InvalidInput, not_found
 from broker.models import AlertNotification, AlertReceiver
 from broker.services.admin import created_once, name_validate
 from broker.services.alerts.webhooks import webhook_url_validate
 
 EMAILS_MAX = 50
-
-
-def receiver_not_found(name: str) -> NotFound:
-    """The 404 for an unknown receiver ``name``: ``alert_receiver_not_found``."""
-    return NotFound(
-        f"Alert receiver {name} does not exist.",
-        code="alert_receiver_not_found",
-        details={"name": name},
-    )
 
 
 def receiver_target_validate(kind: str, url: str, emails: list[str]) -> None:
@@ -92,25 +83,33 @@ def receiver_create(
 
 
 def receiver_update(
-    *, name: str, url: str = "", emails: list[str] | None = None, enabled: bool
+    *,
+    name: str,
+    url: str | None = None,
+    emails: list[str] | None = None,
+    enabled: bool | None = None,
 ) -> AlertReceiver:
-    """Change a receiver's target (``url`` or ``emails``, as its kind needs) and whether it is
-    ``enabled``; its kind and secret stay.
+    """Change a receiver's target (``url`` or ``emails``, as its kind needs; the other is not
+    read) and whether it is ``enabled``; its kind and secret stay. An argument left ``None``
+    keeps what the receiver has (the API's PATCH sends only what changes; the console's form
+    sends everything).
 
     Raises:
         NotFound: ``alert_receiver_not_found``. InvalidInput: as ``receiver_target_validate``.
     """
-    emails = [e.strip() for e in emails or [] if e.strip()]
     with transaction.atomic():
         receiver = AlertReceiver.objects.select_for_update().filter(name=name).first()
         if receiver is None:
-            raise receiver_not_found(name)
+            raise not_found("alert_receiver", name)
+        url = receiver.url if url is None else url
+        emails = receiver.emails if emails is None else [e.strip() for e in emails if e.strip()]
         receiver_target_validate(receiver.kind, url, emails)
         if receiver.kind == AlertReceiver.Kind.EMAIL:
             receiver.emails = emails
         else:
             receiver.url = url
-        receiver.enabled = enabled
+        if enabled is not None:
+            receiver.enabled = enabled
         receiver.save()
     return receiver
 
@@ -125,7 +124,7 @@ def receiver_delete(*, name: str) -> int:
     with transaction.atomic():
         receiver = AlertReceiver.objects.select_for_update().filter(name=name).first()
         if receiver is None:
-            raise receiver_not_found(name)
+            raise not_found("alert_receiver", name)
         failed = AlertNotification.objects.filter(
             receiver=receiver, state=AlertNotification.State.PENDING
         ).update(state=AlertNotification.State.FAILED, last_error="the receiver was deleted")

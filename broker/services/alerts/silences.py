@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from broker.errors import Conflict, InvalidInput, NotFound
+from broker.errors import Conflict, InvalidInput, NotFound, silence_not_found
 from broker.models import Alert, AlertSilence, AuditEntry, now_ms
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
@@ -104,11 +104,7 @@ def alert_silence_expire(
             .first()
         )
         if silence is None:
-            raise NotFound(
-                f"Silence {silence_id} does not exist.",
-                code="alert_silence_not_found",
-                details={"id": silence_id},
-            )
+            raise silence_not_found(silence_id)
         if silence.ends_timestamp <= now:
             raise Conflict(
                 f"Silence {silence_id} is over.", code="silence_over", details={"id": silence_id}
