@@ -7,6 +7,12 @@ view runs."""
 from django.urls import path
 
 from broker import converters  # noqa: F401 - registers the name and msgid converters
+from broker.api.views.alert_history import (
+    AlertDetailView,
+    AlertListView,
+    AlertNotificationListView,
+    AlertNotificationRetryView,
+)
 from broker.api.views.alert_receivers import (
     AlertReceiverDetailView,
     AlertReceiverListCreateView,
@@ -128,6 +134,14 @@ _ROUTES = [
         "alert-silences/<int:silence_id>/expire",
         AlertSilenceExpireView,
         "alert-silence-expire",
+    ),
+    ("alerts", AlertListView, "alert-list"),
+    ("alerts/<int:alert_id>", AlertDetailView, "alert-detail"),
+    ("alert-notifications", AlertNotificationListView, "alert-notification-list"),
+    (
+        "alert-notifications/<int:notification_id>/retry",
+        AlertNotificationRetryView,
+        "alert-notification-retry",
     ),
 ]
 

@@ -120,7 +120,7 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     # two alert-rules paths, the list of reconciliation runs, the producer and consumer groups'
     # gRPC clients, a delivery's change-invisible-duration and dead-letter, the two check
     # explanations and the five alert-receivers and alert-silences paths (docs/api.md)
-    assert len(api_v1_paths()) == 35
+    assert len(api_v1_paths()) == 39
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
