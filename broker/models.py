@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from broker.rules.alerts import AlertKind, AlertSeverity, NotificationEvent
+from broker.rules.grants import CONSUMER_GROUP, PRODUCER_GROUP
 from broker.rules.states import ResolutionAction, ResolvedBy, TransactionState
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 
@@ -180,6 +182,68 @@ class AccessKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.token_prefix}...)"
+
+
+class OperatorGrant(models.Model):
+    """The operator role for one named producer or consumer group, given to a console user or
+    an access key that is not a full operator (``broker.rules.grants``): the holder may act on
+    the transactions of that producer group, or operate that consumer group, and only view the
+    rest. Written by ``broker.services.grants``; read by ``broker.selectors.grants``. The group
+    need not exist yet (as an access key's producer and consumer groups)."""
+
+    class Kind(models.TextChoices):
+        PRODUCER_GROUP = PRODUCER_GROUP, "producer group"
+        CONSUMER_GROUP = CONSUMER_GROUP, "consumer group"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="operator_grants",
+        db_index=False,  # operator_grant_user_unique starts with user_id
+    )
+    access_key = models.ForeignKey(
+        AccessKey,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="operator_grants",
+        db_index=False,  # operator_grant_key_unique starts with access_key_id
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    group = models.CharField(max_length=127, help_text="The producer or consumer group's name")
+    granted_by = models.CharField(max_length=160, blank=True, default="")
+    granted_timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["kind", "group"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, access_key__isnull=True)
+                | Q(user__isnull=True, access_key__isnull=False),
+                name="operator_grant_one_holder",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[PRODUCER_GROUP, CONSUMER_GROUP]),
+                name="operator_grant_kind_valid",
+            ),
+            # broker.selectors.grants.operator_scope reads a holder's grants by these.
+            models.UniqueConstraint(
+                fields=["user", "kind", "group"],
+                condition=Q(user__isnull=False),
+                name="operator_grant_user_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["access_key", "kind", "group"],
+                condition=Q(access_key__isnull=False),
+                name="operator_grant_key_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        holder = f"user {self.user_id}" if self.user_id else f"access key {self.access_key_id}"
+        return f"{holder}: operator of {self.get_kind_display()} {self.group}"
 
 
 class Transaction(models.Model):

@@ -86,6 +86,9 @@ ASGI_APPLICATION = "halfmoon.asgi.application"
 AUTHENTICATION_BACKENDS = [
     "console.throttle.SignInThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # Scoped operators: the object permission console.operate_console on a group's objects
+    # (console.permissions, broker.models.OperatorGrant).
+    "console.permissions.OperatorGrantBackend",
 ]
 _LOCKOUT_BY = {
     "user_and_address": [["username", "ip_address"]],

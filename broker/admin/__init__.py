@@ -1,5 +1,6 @@
 """Django admin for every model: the broker's own (``core``), the data pipeline's records
-(``pipeline``) and Halfmoon's alerts (``alerts``), on the shared base classes of ``base``.
+(``pipeline``), Halfmoon's alerts (``alerts``) and the operator grants of console users and
+access keys (``grants``), on the shared base classes of ``base``.
 Importing the package registers them all."""
 
-from broker.admin import alerts, core, pipeline  # noqa: F401 - each registers its model admins
+from broker.admin import alerts, core, grants, pipeline  # noqa: F401 - each registers its model admins

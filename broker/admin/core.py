@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.http import HttpRequest
 
 # Halfmoon's own alerts: rules and receivers through their services, the rest view-only.
@@ -26,6 +27,8 @@ from broker.admin.base import (
     value_checked,
 )
 from broker.conf import conf
+from broker.rules.grants import scope_description
+from broker.selectors.grants import operator_scope
 from broker.services.access_key_secrets import access_key_secret_clear, access_key_secret_set
 from broker.services.admin import (
     access_key_create,
@@ -43,6 +46,7 @@ from broker.services.admin import (
     topic_name_validate,
     topic_update,
 )
+from broker.services.grants import operator_grants_set
 
 
 class TopicForm(forms.ModelForm):
@@ -212,15 +216,37 @@ class AccessKeyForm(forms.ModelForm):
     consumer_groups = GroupListField(
         required=False, help_text="Consumer groups this key may receive and ack for."
     )
+    operator_producer_groups = GroupListField(
+        required=False,
+        help_text="Operator grants: producer groups whose transactions this key may resolve "
+        "and resume (an admin key needs none).",
+    )
+    operator_consumer_groups = GroupListField(
+        required=False,
+        help_text="Operator grants: consumer groups this key may operate (an admin key needs "
+        "none).",
+    )
 
     class Meta:
         model = models.AccessKey
         fields = ["name", "is_admin", "producer_groups", "consumer_groups"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            scope = operator_scope(full=False, access_key_id=self.instance.pk)
+            self.initial["operator_producer_groups"] = sorted(scope.producer_groups or ())
+            self.initial["operator_consumer_groups"] = sorted(scope.consumer_groups or ())
+
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         value_checked(
-            [*data.get("producer_groups", []), *data.get("consumer_groups", [])],
+            [
+                *data.get("producer_groups", []),
+                *data.get("consumer_groups", []),
+                *data.get("operator_producer_groups", []),
+                *data.get("operator_consumer_groups", []),
+            ],
             access_key_groups_validate,
         )
         return data
@@ -236,7 +262,14 @@ class AccessKeyAdmin(ServiceAdmin):
     never the secret or its ciphertext."""
 
     form = AccessKeyForm
-    fields = ["name", "is_admin", "producer_groups", "consumer_groups"]
+    fields = [
+        "name",
+        "is_admin",
+        "producer_groups",
+        "consumer_groups",
+        "operator_producer_groups",
+        "operator_consumer_groups",
+    ]
     change_readonly_fields = ("name", "token_prefix", "has_rocketmq_secret", "created_timestamp")
     list_display = [
         "name",
@@ -244,10 +277,16 @@ class AccessKeyAdmin(ServiceAdmin):
         "is_admin",
         "producer_groups",
         "consumer_groups",
+        "operator_of",
         "has_rocketmq_secret",
     ]
     search_fields = ["name"]
     actions = ["rocketmq_secret_set", "rocketmq_secret_clear"]
+
+    @admin.display(description="Operator of")
+    def operator_of(self, obj: models.AccessKey) -> str:
+        """The key's operator grants in words (every group for an admin key)."""
+        return scope_description(operator_scope(full=obj.is_admin, access_key_id=obj.pk))
 
     @admin.display(boolean=True, description="RocketMQ secret")
     def has_rocketmq_secret(self, obj: models.AccessKey) -> bool:
@@ -287,10 +326,19 @@ class AccessKeyAdmin(ServiceAdmin):
             "producer_groups": form.cleaned_data["producer_groups"],
             "consumer_groups": form.cleaned_data["consumer_groups"],
         }
+        grants = {
+            "producer_groups": form.cleaned_data["operator_producer_groups"],
+            "consumer_groups": form.cleaned_data["operator_consumer_groups"],
+            "granted_by": f"admin:{request.user.get_username()}",
+        }
         if change:
-            adopt_saved(obj, access_key_update(name=obj.name, **rights))
+            with transaction.atomic():
+                adopt_saved(obj, access_key_update(name=obj.name, **rights))
+                operator_grants_set(access_key_id=obj.pk, **grants)
             return
-        key, token = access_key_create(name=obj.name, **rights)
+        with transaction.atomic():
+            key, token = access_key_create(name=obj.name, **rights)
+            operator_grants_set(access_key_id=key.pk, **grants)
         adopt_saved(obj, key)
         messages.success(
             request,

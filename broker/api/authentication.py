@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
@@ -11,18 +12,49 @@ from rest_framework.request import Request
 
 from broker.lookups import access_key_by_hash
 from broker.models import AccessKey
+from broker.rules.grants import FULL_SCOPE, NO_SCOPE, OperatorScope
+from broker.selectors.grants import operator_scope
 from broker.services.admin import token_hash
 
 
 @dataclass(frozen=True)
 class KeyUser:
-    """The caller behind an access key, as ``request.user``."""
+    """The caller behind an access key, as ``request.user``.
+
+    ``producer_groups`` / ``consumer_groups``: the groups it sends and consumes for.
+    ``key_id``: the access key's id, whose operator grants (``broker.models.OperatorGrant``)
+    ``operator_scope`` reads on first use (the operator endpoints only; one query a request).
+    """
 
     name: str
     is_admin: bool
     producer_groups: frozenset[str] = field(default_factory=frozenset)
     consumer_groups: frozenset[str] = field(default_factory=frozenset)
     is_authenticated: bool = True
+    key_id: int | None = None
+
+    @cached_property
+    def operator_scope(self) -> OperatorScope:
+        """The groups this key may operate (``broker.rules.grants``): every group for an admin
+        key, else its operator grants' groups (none for a key without grants)."""
+        if self.is_admin:
+            return FULL_SCOPE
+        if self.key_id is None:
+            return NO_SCOPE
+        return operator_scope(full=False, access_key_id=self.key_id)
+
+    def may_operate_producer_group(self, group: str) -> bool:
+        """Resolve and resume the checks of the transactions of producer group ``group``."""
+        return self.operator_scope.may_operate_producer_group(group)
+
+    def may_operate_consumer_group(self, group: str) -> bool:
+        """Operate consumer group ``group`` (offsets, resends, its dead-letter queue)."""
+        return self.operator_scope.may_operate_consumer_group(group)
+
+    def may_read_transactions(self, group: str) -> bool:
+        """Read the transactions of producer group ``group``: a key that acts for it, or may
+        operate it (the grants are read only when it does not act for it)."""
+        return self.may_produce(group) or self.may_operate_producer_group(group)
 
     def may_produce(self, group: str) -> bool:
         """Send half messages, end transactions and read transactions of ``group``."""
@@ -61,6 +93,7 @@ class AccessKeyAuthentication(BaseAuthentication):
             is_admin=key.is_admin,
             producer_groups=frozenset(key.producer_groups),
             consumer_groups=frozenset(key.consumer_groups),
+            key_id=key.pk,
         )
         return user, key
 

@@ -1,5 +1,11 @@
 """Permission classes. Per-group rights are checked in the views with ``KeyUser.may_*`` since
-the group comes from the request body or the URL."""
+the group comes from the request body or the URL.
+
+Operators: an admin key operates every group; a key with operator grants
+(``create_access_key --operator-producer-group G``, ``broker.rules.grants``) operates its
+groups only. ``IsOperatorKey`` lets either in; the view then names the group with
+``require_producer_group_operator`` / ``require_consumer_group_operator`` (403
+``permission_denied`` for another group's)."""
 
 from __future__ import annotations
 
@@ -31,6 +37,38 @@ class IsAdminKey(BasePermission):
         return request.auth is not None and request.user.is_admin
 
 
+class IsOperatorKey(BasePermission):
+    """An admin access key, or a key with operator grants for some group (whose group the view
+    checks with ``require_producer_group_operator`` / ``require_consumer_group_operator``)."""
+
+    message = "This operation needs an admin access key or an operator grant for the group."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return request.auth is not None and request.user.operator_scope.operates_any
+
+
+def require_producer_group_operator(request: Request, group: str) -> None:
+    """Raises Forbidden (403 ``permission_denied``, ``details.producer_group``) unless the
+    caller's key may operate producer group ``group``'s transactions: an admin key, or a key
+    with an operator grant for ``group``."""
+    if not request.user.may_operate_producer_group(group):
+        raise Forbidden(
+            f"This access key may not operate the transactions of producer group {group}.",
+            details={"producer_group": group},
+        )
+
+
+def require_consumer_group_operator(request: Request, group: str) -> None:
+    """Raises Forbidden (403 ``permission_denied``, ``details.consumer_group``) unless the
+    caller's key may operate consumer group ``group`` (reset offsets, skip the backlog, resend,
+    its dead-letter queue): an admin key, or a key with an operator grant for ``group``."""
+    if not request.user.may_operate_consumer_group(group):
+        raise Forbidden(
+            f"This access key may not operate consumer group {group}.",
+            details={"consumer_group": group},
+        )
+
+
 def require_producer(request: Request, group: str) -> None:
     """Raises Forbidden unless the caller's key may act for producer group ``group``."""
     if not request.user.may_produce(group):
@@ -52,6 +90,15 @@ def require_consumer(request: Request, group: str) -> None:
 def require_any_producer(request: Request) -> None:
     """Raises Forbidden unless the key is an admin or has at least one producer group."""
     if not (request.user.is_admin or request.user.producer_groups):
+        raise Forbidden("This operation needs an admin key or a key with a producer group.")
+
+
+def require_transaction_reader(request: Request) -> None:
+    """Raises Forbidden unless the key may read some producer group's transactions: an admin,
+    a key with a producer group, or a key operating a producer group (its grants are read only
+    when it is neither)."""
+    user = request.user
+    if not (user.is_admin or user.producer_groups or user.operator_scope.producer_groups):
         raise Forbidden("This operation needs an admin key or a key with a producer group.")
 
 

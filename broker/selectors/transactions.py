@@ -25,6 +25,7 @@ from broker.models import (
 )
 from broker.rules.states import TransactionState
 from broker.rules.stuck import stuck_reason
+from broker.selectors.grants import producer_group_in_own_or_operated
 from broker.selectors.queries import first_or_not_found
 
 STUCK_STATES: tuple[str, ...] = (TransactionState.PREPARED, TransactionState.DISCARDED)
@@ -281,9 +282,12 @@ def transaction_list(
     producer_group: str | None = None,
     topic: str | None = None,
     producer_groups: list[str] | None = None,
+    operator_access_key_id: int | None = None,
 ) -> QuerySet[Transaction]:
     """Transactions, oldest first, filtered; ``producer_groups`` None means every group (admin),
-    otherwise the caller's groups only."""
+    otherwise the caller's groups only, plus, with ``operator_access_key_id``, the producer
+    groups that access key operates (its ``OperatorGrant`` rows, read in the same statement:
+    ``broker.selectors.grants.producer_group_in_own_or_operated``)."""
     qs = Transaction.objects.all()
     if state:
         qs = qs.filter(state=state)
@@ -291,6 +295,12 @@ def transaction_list(
         qs = qs.filter(producer_group=producer_group)
     if topic:
         qs = qs.filter(topic=topic)
-    if producer_groups is not None:
+    if producer_groups is not None and operator_access_key_id is not None:
+        qs = qs.filter(
+            producer_group_in_own_or_operated(
+                producer_groups, operated_by_access_key_id=operator_access_key_id
+            )
+        )
+    elif producer_groups is not None:
         qs = qs.filter(producer_group__in=producer_groups)
     return qs.order_by("born_timestamp", "transaction_id")

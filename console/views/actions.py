@@ -2,7 +2,10 @@
 check now) and bulk actions (preview over a frozen set, confirm, live progress, report).
 
 Every write goes through ``broker.services.operator`` / ``broker.services.bulk``, which audit
-it; these views only read the form, call the service and say what happened.
+it; these views only read the form, call the service and say what happened. An operator scoped
+to producer groups (``console.permissions``) acts only on their transactions: one
+transaction's action is 403 on another group's, and its bulk previews leave the other groups'
+transactions out (``broker.services.bulk``, ``allowed_producer_groups``).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path, reverse
 from django.views import View
 
 from broker.conf import conf
-from broker.errors import HalfmoonError
+from broker.errors import Forbidden, HalfmoonError
 from broker.models import AuditEntry, Transaction
+from broker.rules.grants import scope_description
 from broker.selectors.audit import bulk_get, bulk_targets_page
+from broker.selectors.grants import bulk_target_producer_groups
 from broker.services.bulk import (
     BULK_ACTIONS,
     bulk_apply,
@@ -28,7 +34,12 @@ from broker.services.bulk import (
 )
 from broker.services.operator import OPERATOR_ACTIONS
 from console.forms.transactions import TransactionFilterForm, filters_from_form
-from console.permissions import OperateConsoleRequired, ViewConsoleRequired
+from console.permissions import (
+    OperateAnyGroupRequired,
+    TransactionOperateRequired,
+    ViewConsoleRequired,
+    operator_scope_of_user,
+)
 
 CONSOLE = AuditEntry.Via.CONSOLE
 
@@ -51,9 +62,10 @@ def _done_message(action: str, tx: Transaction) -> str:
     return f"Check requested for {tx.pk}: the next scan checks it."
 
 
-class TransactionActionView(OperateConsoleRequired, View):
+class TransactionActionView(TransactionOperateRequired, View):
     """POST ``/console/transactions/<id>/actions/<action>/`` with ``reason``: the action, then
-    back to the transaction page with what happened (or why it was refused)."""
+    back to the transaction page with what happened (or why it was refused). A full operator,
+    or one scoped to the transaction's producer group (else 403)."""
 
     http_method_names = ["post"]
 
@@ -75,10 +87,11 @@ class TransactionActionView(OperateConsoleRequired, View):
         return redirect("console:transaction", transaction_id=transaction_id)
 
 
-class BulkPreviewView(OperateConsoleRequired, View):
+class BulkPreviewView(OperateAnyGroupRequired, View):
     """POST ``/console/bulk/``: ``action``, ``reason`` and ``scope`` (``selection`` with
     repeated ``transaction_id``, or ``filter`` with the stuck list's filter parameters) ->
-    a previewed bulk (the frozen set), shown at ``/console/bulk/<id>/``."""
+    a previewed bulk (the frozen set), shown at ``/console/bulk/<id>/``. For an operator scoped
+    to producer groups the preview leaves out the other groups' transactions and says so."""
 
     http_method_names = ["post"]
 
@@ -89,6 +102,7 @@ class BulkPreviewView(OperateConsoleRequired, View):
             "reason": data.get("reason", ""),
             "actor": console_actor(request.user),
             "via": CONSOLE,
+            "allowed_producer_groups": operator_scope_of_user(request.user).producer_groups,
         }
         form = TransactionFilterForm(data)
         query = urlencode(form.filter_params())
@@ -122,12 +136,18 @@ class BulkView(ViewConsoleRequired, View):
             raise Http404(f"No bulk action {bulk_id}") from None
         page = bulk_targets_page(bulk, page=_int(request.GET.get("page"), 1))
         action = bulk.action.removeprefix("bulk-")
+        scope = operator_scope_of_user(request.user)
+        outside: list[str] = []
+        if scope.operates_any and scope.producer_groups is not None:
+            outside = sorted(bulk_target_producer_groups(bulk.pk) - scope.producer_groups)
         context = {
             "bulk": bulk,
             "action": action,
             "states": BULK_ACTIONS[action][1],
             "page": page,
             "check_max": conf.transaction_check_max,
+            "may_apply": scope.operates_any and not outside,
+            "outside_groups": outside,
         }
         return render(request, "console/bulk/detail.html", context)
 
@@ -136,15 +156,25 @@ def _int(text: str | None, default: int) -> int:
     return int(text) if text and text.isdigit() else default
 
 
-class BulkApplyView(OperateConsoleRequired, View):
+class BulkApplyView(OperateAnyGroupRequired, View):
     """POST ``/console/bulk/<id>/apply/``: confirm (or resume) the bulk; the Celery task
-    applies it to the frozen set."""
+    applies it to the frozen set. A scoped operator may confirm only a bulk whose every
+    transaction is of its producer groups (else 403)."""
 
     http_method_names = ["post"]
 
     def post(self, request: HttpRequest, bulk_id: int) -> HttpResponse:
+        scope = operator_scope_of_user(request.user)
         try:
-            bulk = bulk_apply(bulk_id=bulk_id, actor=console_actor(request.user))
+            bulk = bulk_apply(
+                bulk_id=bulk_id,
+                actor=console_actor(request.user),
+                allowed_producer_groups=scope.producer_groups,
+            )
+        except Forbidden as exc:
+            raise PermissionDenied(
+                f"{exc.message} You operate {scope_description(scope)}."
+            ) from None
         except HalfmoonError as exc:
             if exc.code == "bulk_not_found":
                 raise Http404(exc.message) from None

@@ -1,5 +1,6 @@
 """api-v1 transactions: prepare (send a half message), list, one, its timeline, end, and the
-operators' resolve and resume-check."""
+operators' resolve and resume-check (an admin key, or a key operating the transaction's
+producer group: ``broker.api.permissions.IsOperatorKey``)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from broker.api.permissions import (
-    IsAdminKey,
-    require_any_producer,
+    IsOperatorKey,
     require_producer,
+    require_producer_group_operator,
+    require_transaction_reader,
 )
 from broker.api.serializers.transactions import (
     TRANSACTION_PAGE_DEFAULT,
@@ -101,13 +103,14 @@ class TransactionListCreateView(APIView):
         "`results`. A `page` past the last (or not a number) is 404 `not_found`.",
     )
     def get(self, request: Request) -> Response:
-        require_any_producer(request)
+        require_transaction_reader(request)
         query = validated(TransactionListQuerySerializer, request.query_params)
         qs = transaction_list(
             state=query.get("state"),
             producer_group=query.get("producer_group"),
             topic=query.get("topic"),
             producer_groups=request.user.producer_scope(),
+            operator_access_key_id=request.user.key_id,
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -115,10 +118,10 @@ class TransactionListCreateView(APIView):
 
 
 def _transaction_readable(request: Request, transaction_id: str) -> Any:
-    """The transaction, if this access key may read it (an admin key, or a key of its
-    producer group). Raises NotFound (404), Forbidden (403)."""
+    """The transaction, if this access key may read it (an admin key, a key of its producer
+    group, or a key operating that group). Raises NotFound (404), Forbidden (403)."""
     tx = transaction_get(transaction_id)
-    if not request.user.may_produce(tx.producer_group):
+    if not request.user.may_read_transactions(tx.producer_group):
         raise Forbidden("This access key may not read this producer group's transactions.")
     return tx
 
@@ -173,13 +176,32 @@ def _operator_actor(request: Request) -> str:
     return f"operator:{request.user.name}"
 
 
+def _operable(request: Request, transaction_id: str) -> None:
+    """For a key scoped by operator grants: the transaction must exist (404
+    ``transaction_not_found``) and be of a producer group it operates (403
+    ``permission_denied``, ``details.producer_group``). An admin key is not checked here (the
+    service reports an unknown transaction, as before)."""
+    if request.user.is_admin:
+        return
+    tx = transaction_get(transaction_id)
+    require_producer_group_operator(request, tx.producer_group)
+
+
+_SCOPED = (
+    " An admin key may act on every transaction; a key with operator grants "
+    "(`create_access_key --operator-producer-group G`) only on those of its producer groups "
+    "(403 `permission_denied` with `details.producer_group` otherwise); any other key gets 403."
+)
+
+
 class TransactionResolveView(APIView):
-    permission_classes = [IsAdminKey]
+    permission_classes = [IsOperatorKey]
 
     @extend_schema(
         request=TransactionResolveInSerializer,
         responses={200: TransactionOutSerializer, **error_responses(404, 409, 413)},
-        summary="Commit or roll back a PREPARED or DISCARDED transaction by hand (admin key)",
+        summary="Commit or roll back a PREPARED or DISCARDED transaction by hand (admin or "
+        "operator key)",
         description=(
             "An operator resolves the transaction exactly once: commit delivers it to its "
             "topic and queue with its msg_id, rollback drops it; `resolved_by` becomes "
@@ -188,10 +210,11 @@ class TransactionResolveView(APIView):
             "`transaction_already_resolved` (with `details.state`, and what ended it: "
             "`resolved_by`, `resolved_timestamp`, `actor`, `reason`, `ended_by`) if it is "
             "COMMITTED or ROLLED_BACK, a repeat of this call included: nothing is delivered "
-            "twice. Every call is in the audit log."
+            "twice. Every call is in the audit log." + _SCOPED
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
+        _operable(request, transaction_id)
         data = validated(TransactionResolveInputSerializer, request.data)
         tx = operator.transaction_operator_resolve(
             transaction_id=transaction_id,
@@ -203,22 +226,23 @@ class TransactionResolveView(APIView):
 
 
 class TransactionResumeCheckView(APIView):
-    permission_classes = [IsAdminKey]
+    permission_classes = [IsOperatorKey]
 
     @extend_schema(
         request=TransactionResumeCheckInSerializer,
         responses={200: TransactionOutSerializer, **error_responses(404, 409, 413)},
-        summary="Resume the back-checks of a DISCARDED transaction (admin key)",
+        summary="Resume the back-checks of a DISCARDED transaction (admin or operator key)",
         description=(
             "RocketMQ's resumeCheckHalfMessage: the half message is re-appended to its half "
             "queue and the transaction is PREPARED again with `check_times` 0, checked at the "
             "next scan. Its `born_timestamp` is kept, so one older than "
             "HALFMOON_FILE_RESERVED_HOURS is discarded again at once. 409 "
             "`transaction_not_discarded` (with `details.state`, and for an ended transaction "
-            "what ended it) otherwise. An optional `reason` is kept in the audit log."
+            "what ended it) otherwise. An optional `reason` is kept in the audit log." + _SCOPED
         ),
     )
     def post(self, request: Request, transaction_id: str) -> Response:
+        _operable(request, transaction_id)
         data = validated(TransactionResumeCheckInSerializer, request.data or {})
         tx = operator.transaction_resume_check(
             transaction_id=transaction_id,
