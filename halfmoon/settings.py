@@ -355,6 +355,7 @@ SPECTACULAR_SETTINGS = {
         "AlertKindEnum": "broker.rules.alerts.AlertKind.choices",
         "AlertSeverityEnum": "broker.rules.alerts.AlertSeverity.choices",
         "AlertReceiverKindEnum": "broker.api.serializers.alert_receivers.RECEIVER_KINDS",
+        "BulkActionStateEnum": "broker.api.serializers.bulk.BULK_STATES",
     },
 }
 

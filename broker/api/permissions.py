@@ -69,6 +69,12 @@ def require_consumer_group_operator(request: Request, group: str) -> None:
         )
 
 
+def operator_actor(request: Request) -> str:
+    """Who an operator action through the API is recorded as in the audit log and the
+    journals: ``operator:<access key name>``."""
+    return f"operator:{request.user.name}"
+
+
 def require_producer(request: Request, group: str) -> None:
     """Raises Forbidden unless the caller's key may act for producer group ``group``."""
     if not request.user.may_produce(group):

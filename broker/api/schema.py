@@ -79,11 +79,14 @@ class NewNameSchema(OpenApiSerializerExtension):
 
 
 class WholeBodyPatchSchema(OpenApiSerializerExtension):
-    """``ProducerGroupPatchSerializer``: the PATCH validates its body whole (``check_url`` is
-    required; null means "poll for checks"), so the schema must not be drf-spectacular's
-    partial "Patched" form, in which every field is optional."""
+    """``WholeBodyPatchSerializer`` and its subclasses (a producer group's ``check_url``, a
+    topic's ``queue_nums``, a consumer group's ``max_delivery_attempts``): the PATCH validates
+    its body whole (its fields are required; a null ``check_url`` means "poll for checks"), so
+    the schema must not be drf-spectacular's partial "Patched" form, in which every field is
+    optional."""
 
-    target_class = "broker.api.serializers.topology.ProducerGroupPatchSerializer"
+    target_class = "broker.api.serializers.topology.WholeBodyPatchSerializer"
+    match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         """The serializer's schema as if it were not partial: its required fields stay."""
@@ -91,6 +94,21 @@ class WholeBodyPatchSchema(OpenApiSerializerExtension):
         target = copy.copy(target) if isinstance(target, serializers.BaseSerializer) else target()
         target.partial = False
         return auto_schema._map_serializer(target, direction, bypass_extensions=True)
+
+
+class BulkPreviewInSchema(OpenApiSerializerExtension):
+    """``BulkPreviewInSerializer``: exactly one of ``transaction_ids`` and ``filter``, as a
+    ``oneOf`` of the two required sets (``BulkPreviewInSerializer.validate``)."""
+
+    target_class = "broker.api.serializers.bulk.BulkPreviewInSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's own schema plus ``oneOf`` [{required: [transaction_ids]},
+        {required: [filter]}]."""
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["oneOf"] = [{"required": ["transaction_ids"]}, {"required": ["filter"]}]
+        return schema
 
 
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):

@@ -22,6 +22,12 @@ from broker.api.views.alert_receivers import (
 )
 from broker.api.views.alerts import AlertRuleDetailView, AlertRuleListCreateView
 from broker.api.views.batch import MessageBatchView, TransactionBatchView, TransactionEndBatchView
+from broker.api.views.bulk import (
+    BulkActionApplyView,
+    BulkActionCreateView,
+    BulkActionDetailView,
+    BulkActionTargetsView,
+)
 from broker.api.views.check_explanations import (
     ProducerGroupCheckExplanationView,
     TransactionCheckExplanationView,
@@ -41,6 +47,7 @@ from broker.api.views.reconciliation import (
     ReconciliationRunListView,
 )
 from broker.api.views.topology import (
+    ConsumerGroupDetailView,
     ConsumerGroupListCreateView,
     ProducerGroupDetailView,
     ProducerGroupListCreateView,
@@ -48,6 +55,7 @@ from broker.api.views.topology import (
     TopicListCreateView,
 )
 from broker.api.views.transactions import (
+    TransactionCheckNowView,
     TransactionDetailView,
     TransactionEndView,
     TransactionListCreateView,
@@ -85,10 +93,16 @@ _ROUTES = [
         TransactionResumeCheckView,
         "transaction-resume-check",
     ),
+    (
+        "transactions/<msgid:transaction_id>/check-now",
+        TransactionCheckNowView,
+        "transaction-check-now",
+    ),
     ("messages/batch", MessageBatchView, "message-batch"),
     ("messages", MessageListCreateView, "message-list"),
     ("messages/<msgid:msg_id>", MessageDetailView, "message-detail"),
     ("consumer-groups", ConsumerGroupListCreateView, "consumer-group-list"),
+    ("consumer-groups/<name:name>", ConsumerGroupDetailView, "consumer-group-detail"),
     ("consumer-groups/<name:group>/receive", ReceiveView, "consumer-receive"),
     ("consumer-groups/<name:group>/ack", AckView, "consumer-ack"),
     ("consumer-groups/<name:name>/clients", ConsumerGroupClientsView, "consumer-group-clients"),
@@ -135,6 +149,10 @@ _ROUTES = [
         AlertSilenceExpireView,
         "alert-silence-expire",
     ),
+    ("bulk-actions", BulkActionCreateView, "bulk-action-list"),
+    ("bulk-actions/<int:bulk_id>", BulkActionDetailView, "bulk-action-detail"),
+    ("bulk-actions/<int:bulk_id>/targets", BulkActionTargetsView, "bulk-action-targets"),
+    ("bulk-actions/<int:bulk_id>/apply", BulkActionApplyView, "bulk-action-apply"),
     ("alerts", AlertListView, "alert-list"),
     ("alerts/<int:alert_id>", AlertDetailView, "alert-detail"),
     ("alert-notifications", AlertNotificationListView, "alert-notification-list"),

@@ -222,6 +222,15 @@ def consumer_group_list() -> QuerySet[ConsumerGroup]:
     return ConsumerGroup.objects.order_by("name")
 
 
+def consumer_group_get(name: str) -> ConsumerGroup:
+    """A consumer group by name.
+
+    Raises:
+        NotFound: ``consumer_group_not_found``.
+    """
+    return first_or_not_found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
+
+
 def producer_group_get(name: str) -> ProducerGroup:
     """A producer group by name.
 

@@ -119,15 +119,17 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     # api-v1's 20 (the reconciliation runs and the three batches included), the timeline, the
     # two alert-rules paths, the list of reconciliation runs, the producer and consumer groups'
     # gRPC clients, a delivery's change-invisible-duration and dead-letter, the two check
-    # explanations and the five alert-receivers and alert-silences paths (docs/api.md)
-    assert len(api_v1_paths()) == 39
+    # explanations, the five alert-receivers and alert-silences paths, the four of alerts and
+    # their notifications, a transaction's check-now, a consumer group and the four bulk-actions
+    # paths (docs/api.md)
+    assert len(api_v1_paths()) == 45
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
     assert methods["/api/v1/transactions"] == {"get", "post"}
     assert methods["/api/v1/transactions/{transaction_id}/end"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/timeline"] == {"get"}
-    assert methods["/api/v1/reconciliation/runs"] == {"get"}
+    assert methods["/api/v1/reconciliation/runs"] == {"get", "post"}
     assert methods["/api/v1/reconciliation/runs/latest"] == {"get"}
     assert methods["/api/v1/reconciliation/runs/{run_id}"] == {"get"}
     assert methods["/api/v1/transactions/{transaction_id}/resolve"] == {"post"}

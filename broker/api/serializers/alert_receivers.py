@@ -13,8 +13,10 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from broker.api.serializers.fields import (
-    CompiledRegexValidator,
+    REASON_HELP,
     NameField,
+    ReasonField,
+    ReasonInputField,
     StrictBooleanField,
     StrictCharField,
     StrictChoiceField,
@@ -23,7 +25,6 @@ from broker.api.serializers.fields import (
 from broker.models import AlertReceiver, AlertSilence, now_ms
 from broker.services.alerts.receivers import EMAILS_MAX
 from broker.services.alerts.silences import SILENCE_MAX_S
-from broker.services.audit import REASON_MAX_LENGTH
 
 RECEIVER_KINDS = AlertReceiver.Kind.choices
 """The receiver kinds, one OpenAPI enum (``AlertReceiverKindEnum``, in ENUM_NAME_OVERRIDES)."""
@@ -82,31 +83,6 @@ class AlertReceiverCreatedSerializer(AlertReceiverOutSerializer):
         fields = [*AlertReceiverOutSerializer.Meta.fields, "secret"]
 
 
-_REASON_HELP = "Why (required, not blank): kept in the audit log with the access key's name."
-
-
-def _reason_field() -> serializers.CharField:
-    """The reason as the OpenAPI document states it: required, not blank, no NUL."""
-    return StrictCharField(
-        max_length=REASON_MAX_LENGTH,
-        validators=[CompiledRegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
-        help_text=_REASON_HELP,
-    )
-
-
-def _lenient_reason_field() -> serializers.CharField:
-    """The reason as the views validate it: a missing, null or blank one passes through to
-    the service, which answers 400 ``reason_required`` for all three (as the console's)."""
-    return StrictCharField(
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        default=None,
-        max_length=REASON_MAX_LENGTH,
-        help_text=_REASON_HELP,
-    )
-
-
 class AlertSilenceInSerializer(serializers.Serializer):
     """A new silence: the rule of alert ``alert_id`` on that alert's group, for ``duration_s``
     seconds from now, and why."""
@@ -117,25 +93,25 @@ class AlertSilenceInSerializer(serializers.Serializer):
     duration_s = StrictIntegerField(
         min_value=1, max_value=SILENCE_MAX_S, help_text="How long, in seconds (1..30 days)."
     )
-    reason = _reason_field()
+    reason = ReasonField()
 
 
 class AlertSilenceInputSerializer(AlertSilenceInSerializer):
     """What the create view validates: ``alert_silence``'s arguments."""
 
-    reason = _lenient_reason_field()
+    reason = ReasonInputField(help_text=REASON_HELP)
 
 
 class AlertSilenceExpireInSerializer(serializers.Serializer):
     """The early end of a silence: why."""
 
-    reason = _reason_field()
+    reason = ReasonField()
 
 
 class AlertSilenceExpireInputSerializer(AlertSilenceExpireInSerializer):
     """What the expire view validates."""
 
-    reason = _lenient_reason_field()
+    reason = ReasonInputField(help_text=REASON_HELP)
 
 
 class AlertSilenceOutSerializer(serializers.ModelSerializer):

@@ -12,6 +12,7 @@ from rest_framework.utils import html
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from broker.constants import MSG_ID_PATTERN, NAME_PATTERN
+from broker.services.audit import REASON_MAX_LENGTH
 
 
 class CompiledRegexValidator(RegexValidator):
@@ -117,3 +118,33 @@ class StrictBooleanField(serializers.BooleanField):
 def NameField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field factory
     """A topic or group name: a JSON string matching api-v1's ``^[%|a-zA-Z0-9_-]{1,127}$``."""
     return StrictCharField(max_length=127, validators=[name_validator], **kwargs)
+
+
+REASON_HELP = "Why (required, not blank): kept in the audit log with the access key's name."
+
+
+def ReasonField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field factory
+    """An operator's ``reason`` as the OpenAPI document states it: required, not blank (some
+    character besides whitespace: the service's ``reason_required``), no NUL, at most
+    ``REASON_MAX_LENGTH`` characters."""
+    kwargs.setdefault("help_text", REASON_HELP)
+    return StrictCharField(
+        max_length=REASON_MAX_LENGTH,
+        validators=[CompiledRegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
+        **kwargs,
+    )
+
+
+def ReasonInputField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field factory
+    """An operator's ``reason`` as a view validates it: a string of at most
+    ``REASON_MAX_LENGTH`` characters, or missing, null or blank, which pass through to the
+    service, the one place that answers 400 ``reason_required`` for all three (the schema's
+    serializer declares the field required where the service requires it)."""
+    return StrictCharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        default=None,
+        max_length=REASON_MAX_LENGTH,
+        **kwargs,
+    )

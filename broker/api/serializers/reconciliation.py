@@ -116,3 +116,10 @@ class ReconciliationRunsOutSerializer(serializers.Serializer):
 
     runs = ReconciliationRunSummaryOutSerializer(many=True)
     next_before = serializers.IntegerField(allow_null=True)
+
+
+class ReconciliationRunQueuedOutSerializer(serializers.Serializer):
+    """A run queued on the pipeline worker: ``{"queued": true, "trigger": "operator:<key>"}``."""
+
+    queued = serializers.BooleanField()
+    trigger = serializers.CharField(help_text="The run's trigger: operator:<access key name>")

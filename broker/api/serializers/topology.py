@@ -40,8 +40,21 @@ class ProducerGroupInSerializer(NewNameInSerializer):
     check_url = StrictURLField(max_length=2048, allow_null=True, required=False, default=None)
 
 
-class ProducerGroupPatchSerializer(serializers.Serializer):
+class WholeBodyPatchSerializer(serializers.Serializer):
+    """A PATCH body validated whole: its fields are required (``broker.api.schema.
+    WholeBodyPatchSchema`` keeps them required in the OpenAPI document)."""
+
+
+class ProducerGroupPatchSerializer(WholeBodyPatchSerializer):
     check_url = StrictURLField(max_length=2048, allow_null=True)
+
+
+class TopicPatchSerializer(WholeBodyPatchSerializer):
+    queue_nums = StrictIntegerField(min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX)
+
+
+class ConsumerGroupPatchSerializer(WholeBodyPatchSerializer):
+    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000)
 
 
 class ConsumerGroupInSerializer(NewNameInSerializer):

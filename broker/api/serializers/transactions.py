@@ -7,8 +7,9 @@ from typing import Any
 from rest_framework import serializers
 
 from broker.api.serializers.fields import (
-    CompiledRegexValidator,
     NameField,
+    ReasonField,
+    ReasonInputField,
     StrictBooleanField,
     StrictCharField,
     StrictChoiceField,
@@ -23,7 +24,6 @@ from broker.models import (
     Transaction,
 )
 from broker.rules.states import END_ACTIONS, RESOLVING_ACTIONS, TransactionState
-from broker.services.audit import REASON_MAX_LENGTH
 
 
 class TransactionPrepareInSerializer(MessageInSerializer):
@@ -41,41 +41,35 @@ class TransactionEndInSerializer(serializers.Serializer):
     )
 
 
-class TransactionResolveInSerializer(serializers.Serializer):
+class OperatorReasonInSerializer(serializers.Serializer):
+    """An operator's action that needs a reason (check now): why, kept in the audit log."""
+
+    reason = ReasonField()
+
+
+class OperatorReasonInputSerializer(OperatorReasonInSerializer):
+    """What the check-now view validates (``ReasonInputField``)."""
+
+    reason = ReasonInputField()
+
+
+class TransactionResolveInSerializer(OperatorReasonInSerializer):
     """An operator's resolution (admin key): commit or roll back, and why."""
 
     action = StrictChoiceField(choices=RESOLVING_ACTIONS)
-    reason = StrictCharField(
-        max_length=REASON_MAX_LENGTH,
-        # Not blank: something besides whitespace (the service's reason_required), no NUL.
-        validators=[CompiledRegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
-        help_text="Why (required, not blank): kept in the audit trail with the access key's name.",
-    )
 
 
 class TransactionResolveInputSerializer(TransactionResolveInSerializer):
-    """What the resolve view validates: a missing, null or blank ``reason`` passes through to
-    ``transaction_operator_resolve``, which answers 400 ``reason_required`` for all three."""
+    """What the resolve view validates (``ReasonInputField``)."""
 
-    reason = StrictCharField(
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        default=None,
-        max_length=REASON_MAX_LENGTH,
-    )
+    reason = ReasonInputField()
 
 
 class TransactionResumeCheckInSerializer(serializers.Serializer):
     """An operator's resume-check (admin key): the body is optional (api-v1), its reason too."""
 
-    reason = StrictCharField(
-        required=False,
-        allow_null=True,
-        allow_blank=True,
-        default=None,
-        max_length=REASON_MAX_LENGTH,
-        help_text="Why (optional): kept in the audit log with the access key's name.",
+    reason = ReasonInputField(
+        help_text="Why (optional): kept in the audit log with the access key's name."
     )
 
 

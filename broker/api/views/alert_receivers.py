@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from broker.api.permissions import IsAdminKey
+from broker.api.permissions import IsAdminKey, operator_actor
 from broker.api.serializers.alert_receivers import (
     AlertReceiverCreatedSerializer,
     AlertReceiverInSerializer,
@@ -40,11 +40,6 @@ from broker.selectors.alerts import (
     alert_silence_get,
 )
 from broker.services.alerts import receivers, silences
-
-
-def _operator_actor(request: Request) -> str:
-    """Who an operator action is recorded as: ``operator:<access key name>``."""
-    return f"operator:{request.user.name}"
 
 
 class AlertReceiverListCreateView(AdminListCreateView):
@@ -126,7 +121,7 @@ class AlertSilenceListCreateView(APIView):
             alert_id=data["alert_id"],
             duration_s=data["duration_s"],
             reason=data["reason"] or "",
-            actor=_operator_actor(request),
+            actor=operator_actor(request),
             via=AuditEntry.Via.API,
         )
         return Response(AlertSilenceOutSerializer(silence).data, status=status.HTTP_201_CREATED)
@@ -164,7 +159,7 @@ class AlertSilenceExpireView(APIView):
         silence = silences.alert_silence_expire(
             silence_id=silence_id,
             reason=data["reason"] or "",
-            actor=_operator_actor(request),
+            actor=operator_actor(request),
             via=AuditEntry.Via.API,
         )
         return Response(AlertSilenceOutSerializer(silence).data)

@@ -1,5 +1,5 @@
-"""api-v1 reconciliation runs (admin key): the runs newest first, the latest successful run and
-a run by id."""
+"""api-v1 reconciliation runs (admin key): the runs newest first, the latest successful run, a
+run by id, and a run queued now (the console's "Run now")."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from broker.api.permissions import (
-    IsAdminKey,
-)
+from broker.api.permissions import IsAdminKey, operator_actor
 from broker.api.serializers.reconciliation import (
     ReconciliationRunOutSerializer,
     ReconciliationRunQuerySerializer,
+    ReconciliationRunQueuedOutSerializer,
     ReconciliationRunsOutSerializer,
     ReconciliationRunsQuerySerializer,
 )
@@ -28,6 +28,7 @@ from broker.selectors.reconciliation import (
     reconciliation_run_latest,
     reconciliation_runs_page,
 )
+from broker.services.reconciliation import reconciliation_run_queue
 
 
 class _ReconciliationRunView(APIView):
@@ -102,6 +103,20 @@ class ReconciliationRunListView(APIView):
         page = reconciliation_runs_page(before=query.get("before"), per_page=query["limit"])
         body = {"runs": page.runs, "next_before": page.next_before}
         return Response(ReconciliationRunsOutSerializer(body).data)
+
+    @extend_schema(
+        request=None,
+        responses={202: ReconciliationRunQueuedOutSerializer, **error_responses()},
+        summary="Run the reconciliation now (admin key; addition to api-v1)",
+        description='The console\'s "Run now": a run is queued on the pipeline worker with '
+        "`trigger` `operator:<key name>`, over what has settled since the last run (or "
+        "recorded `skipped`, saying why, when nothing has). It appears in "
+        "`GET /api/v1/reconciliation/runs` as it starts. Admin key.",
+    )
+    def post(self, request: Request) -> Response:
+        trigger = operator_actor(request)
+        reconciliation_run_queue(trigger=trigger)
+        return Response({"queued": True, "trigger": trigger}, status=status.HTTP_202_ACCEPTED)
 
 
 class ReconciliationRunDetailView(_ReconciliationRunView):

@@ -13,6 +13,7 @@ from broker.api.permissions import (
 from broker.api.serializers.topology import (
     ConsumerGroupInSerializer,
     ConsumerGroupOutSerializer,
+    ConsumerGroupPatchSerializer,
     ProducerGroupCreatedSerializer,
     ProducerGroupInSerializer,
     ProducerGroupOutSerializer,
@@ -20,10 +21,12 @@ from broker.api.serializers.topology import (
     TopicDetailOutSerializer,
     TopicInSerializer,
     TopicOutSerializer,
+    TopicPatchSerializer,
 )
 from broker.api.shapes import validated
 from broker.api.views.base import AdminListCreateView, error_responses
 from broker.selectors.topology import (
+    consumer_group_get,
     consumer_group_list,
     producer_group_get,
     producer_group_list,
@@ -54,6 +57,21 @@ class TopicDetailView(APIView):
     )
     def get(self, request: Request, name: str) -> Response:
         topic = topic_get(name)
+        topic.queues = topic_queue_offsets(topic)
+        return Response(TopicDetailOutSerializer(topic).data)
+
+    @extend_schema(
+        request=TopicPatchSerializer,
+        responses={200: TopicDetailOutSerializer, **error_responses(404, 413)},
+        summary="Give a topic more queues (addition to api-v1)",
+        description="`queue_nums`: at least its current number (400 `invalid_queue_nums` "
+        "below), at most 1024; the new consume queues are created. The broker's own topics "
+        "are not changed (404 `topic_not_found`). Other processes send to the new queues once "
+        "their cached topic expires (`HALFMOON_LOOKUP_CACHE_MS`).",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = validated(TopicPatchSerializer, request.data)
+        topic = admin.topic_update(name=name, queue_nums=data["queue_nums"])
         topic.queues = topic_queue_offsets(topic)
         return Response(TopicDetailOutSerializer(topic).data)
 
@@ -102,3 +120,28 @@ class ConsumerGroupListCreateView(AdminListCreateView):
     create_summary = "Create a consumer group"
     rows = staticmethod(consumer_group_list)
     create = staticmethod(admin.consumer_group_create)
+
+
+class ConsumerGroupDetailView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        responses={200: ConsumerGroupOutSerializer, **error_responses(404)},
+        summary="A consumer group (addition to api-v1)",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(ConsumerGroupOutSerializer(consumer_group_get(name)).data)
+
+    @extend_schema(
+        request=ConsumerGroupPatchSerializer,
+        responses={200: ConsumerGroupOutSerializer, **error_responses(404, 413)},
+        summary="Change a consumer group's max_delivery_attempts (addition to api-v1)",
+        description="Deliveries already counted keep their count; the next failed one is "
+        "compared with the new number (past it: moved to %DLQ%{group}).",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        data = validated(ConsumerGroupPatchSerializer, request.data)
+        group = admin.consumer_group_update(
+            name=name, max_delivery_attempts=data["max_delivery_attempts"]
+        )
+        return Response(ConsumerGroupOutSerializer(group).data)

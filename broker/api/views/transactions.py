@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from broker.api.permissions import (
     IsOperatorKey,
+    operator_actor,
     require_producer,
     require_producer_group_operator,
     require_transaction_reader,
@@ -22,6 +23,8 @@ from broker.api.permissions import (
 from broker.api.serializers.transactions import (
     TRANSACTION_PAGE_DEFAULT,
     TRANSACTION_PAGE_MAX,
+    OperatorReasonInputSerializer,
+    OperatorReasonInSerializer,
     PageQuerySerializer,
     TransactionEndInSerializer,
     TransactionEndOutSerializer,
@@ -171,11 +174,6 @@ class TransactionEndView(APIView):
         return Response(represented(TransactionEndOutSerializer, tx))
 
 
-def _operator_actor(request: Request) -> str:
-    """Who an operator action is recorded as: ``operator:<access key name>``."""
-    return f"operator:{request.user.name}"
-
-
 def _operable(request: Request, transaction_id: str) -> None:
     """For a key scoped by operator grants: the transaction must exist (404
     ``transaction_not_found``) and be of a producer group it operates (403
@@ -220,7 +218,7 @@ class TransactionResolveView(APIView):
             transaction_id=transaction_id,
             action=data["action"],
             reason=data["reason"] or "",
-            actor=_operator_actor(request),
+            actor=operator_actor(request),
         )
         return Response(TransactionOutSerializer(tx).data)
 
@@ -246,7 +244,35 @@ class TransactionResumeCheckView(APIView):
         data = validated(TransactionResumeCheckInSerializer, request.data or {})
         tx = operator.transaction_resume_check(
             transaction_id=transaction_id,
-            actor=_operator_actor(request),
+            actor=operator_actor(request),
             reason=data["reason"],
+        )
+        return Response(TransactionOutSerializer(tx).data)
+
+
+class TransactionCheckNowView(APIView):
+    permission_classes = [IsOperatorKey]
+
+    @extend_schema(
+        request=OperatorReasonInSerializer,
+        responses={200: TransactionOutSerializer, **error_responses(404, 409, 413)},
+        summary="Ask for a back-check of a PREPARED transaction at the next scan (admin or "
+        "operator key; addition to api-v1)",
+        description=(
+            'The console\'s "check now": `next_check_timestamp` becomes now, so the next scan '
+            "of its half queue checks it without waiting for the check interval or its check "
+            "immunity (its producer group's check backoff and rate limit still apply). It is "
+            "not a check: `check_times` is unchanged. The reason is required (400 "
+            "`reason_required`) and kept in the audit log. 409 `transaction_not_prepared` "
+            "(DISCARDED: resume its checks instead) or `transaction_already_resolved`." + _SCOPED
+        ),
+    )
+    def post(self, request: Request, transaction_id: str) -> Response:
+        _operable(request, transaction_id)
+        data = validated(OperatorReasonInputSerializer, request.data or {})
+        tx = operator.transaction_check_now(
+            transaction_id=transaction_id,
+            reason=data["reason"],
+            actor=operator_actor(request),
         )
         return Response(TransactionOutSerializer(tx).data)
