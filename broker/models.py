@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
@@ -71,6 +73,23 @@ class ConsumeQueue(models.Model):
         return f"{self.topic}#{self.queue_id}@{self.max_offset}"
 
 
+def keys_array() -> models.Func:
+    """``string_to_array(keys, ' ')``: a message's or transaction's keys as an array (RocketMQ's
+    KEYS property, keys separated by ``MessageConst.KEY_SEPARATOR``, a space). The expression
+    of the index ``message_multi_keys``, written once so that the index and the queries
+    (``broker.selectors.queries.key_match``) agree."""
+    return models.Func(
+        models.F("keys"),
+        models.Value(" "),
+        function="string_to_array",
+        output_field=ArrayField(models.TextField()),
+    )
+
+
+MULTI_KEYS = Q(keys__contains=" ")
+"""A row of several keys: the condition of the partial index ``message_multi_keys``."""
+
+
 class Message(models.Model):
     """One message of the commit log (RocketMQ MessageExt)."""
 
@@ -106,9 +125,16 @@ class Message(models.Model):
         ]
         indexes = [
             models.Index(fields=["msg_id"], name="message_msg_id"),
-            models.Index(fields=["topic", "keys"], name="message_topic_keys"),
+            # A key search (broker.selectors.queries.key_match, the message search and
+            # GET /api/v1/messages?topic&key): a message of one key by equality, one of several
+            # by its keys' array. Messages without keys (most half and every Op message) are in
+            # neither, so they cost the send path nothing here.
+            models.Index(fields=["keys"], name="message_keys", condition=~Q(keys="")),
+            GinIndex(keys_array(), name="message_multi_keys", condition=MULTI_KEYS),
             # The archive export (broker.services.archive) reads closed time segments.
             models.Index(fields=["store_timestamp"], name="message_store_time"),
+            # The message search by topic and time (broker.selectors.message_search).
+            models.Index(fields=["topic", "store_timestamp"], name="message_topic_store_time"),
         ]
 
     def __str__(self) -> str:

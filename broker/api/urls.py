@@ -34,6 +34,7 @@ from broker.api.views.check_explanations import (
 )
 from broker.api.views.clients import ConsumerGroupClientsView, ProducerGroupClientsView
 from broker.api.views.long_poll import CheckRequestsView, ReceiveView
+from broker.api.views.message_search import MessageDeliveriesView, MessageSearchView
 from broker.api.views.messages import (
     AckView,
     ChangeInvisibleDurationView,
@@ -101,6 +102,8 @@ _ROUTES = [
     ("messages/batch", MessageBatchView, "message-batch"),
     ("messages", MessageListCreateView, "message-list"),
     ("messages/<msgid:msg_id>", MessageDetailView, "message-detail"),
+    ("messages/<msgid:msg_id>/deliveries", MessageDeliveriesView, "message-deliveries"),
+    ("message-search", MessageSearchView, "message-search"),
     ("consumer-groups", ConsumerGroupListCreateView, "consumer-group-list"),
     ("consumer-groups/<name:name>", ConsumerGroupDetailView, "consumer-group-detail"),
     ("consumer-groups/<name:group>/receive", ReceiveView, "consumer-receive"),

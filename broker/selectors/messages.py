@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from broker.errors import not_found
 from broker.models import Message
 from broker.rules.topics import is_system_topic
+from broker.selectors.queries import key_match
 
 
 def message_get(msg_id: str, *, producer_groups: list[str] | None = None) -> Message:
@@ -35,12 +36,7 @@ def messages_by_key(
 ) -> QuerySet[Message]:
     """Messages of ``topic`` whose space-separated ``keys`` contain ``key`` (RocketMQ
     queryMessage by key), oldest first."""
-    qs = Message.objects.filter(topic=topic).filter(
-        Q(keys=key)
-        | Q(keys__startswith=f"{key} ")
-        | Q(keys__endswith=f" {key}")
-        | Q(keys__contains=f" {key} ")
-    )
+    qs = Message.objects.filter(topic=topic).filter(key_match(key))
     if producer_groups is not None:
         qs = qs.filter(producer_group__in=producer_groups)
     return qs.order_by("commit_log_offset")

@@ -26,22 +26,12 @@ from broker.models import (
 from broker.rules.states import TransactionState
 from broker.rules.stuck import stuck_reason
 from broker.selectors.grants import producer_group_in_own_or_operated
-from broker.selectors.queries import first_or_not_found
+from broker.selectors.queries import first_or_not_found, key_match
 
 STUCK_STATES: tuple[str, ...] = (TransactionState.PREPARED, TransactionState.DISCARDED)
 """The states the stuck list shows (and its ``states`` default)."""
 
 _CHECK_KINDS = (TransactionEvent.Kind.CHECK_SENT, TransactionEvent.Kind.CHECK_UNDELIVERED)
-
-
-def _key_match(key: str) -> Q:
-    """``keys`` holds ``key`` as one of its space-separated keys (RocketMQ KEYS)."""
-    return (
-        Q(keys=key)
-        | Q(keys__startswith=f"{key} ")
-        | Q(keys__endswith=f" {key}")
-        | Q(keys__contains=f" {key} ")
-    )
 
 
 def stuck_transactions(
@@ -86,7 +76,7 @@ def stuck_transactions(
     if discard_reason:
         qs = qs.filter(discard_reason=discard_reason)
     if q:
-        qs = qs.filter(Q(pk=q) | _key_match(q))
+        qs = qs.filter(Q(pk=q) | key_match(q))
     return qs.order_by("born_timestamp", "transaction_id")
 
 

@@ -1,0 +1,131 @@
+"""Shapes of the message search in the API (``GET /api/v1/message-search``) and of a message's
+standing with each consumer group (``GET /api/v1/messages/{msg_id}/deliveries``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from broker.api.serializers.fields import (
+    CompiledRegexValidator,
+    NameField,
+    StrictCharField,
+    msg_id_validator,
+)
+from broker.models import Message
+from broker.rules.messages import DeliveryState, MessageKind, message_kind
+from broker.selectors.message_search import SEARCH_PAGE_DEFAULT, SEARCH_PAGE_MAX, SearchCursor
+
+
+class SearchCursorField(StrictCharField):
+    """A page position of the search: the ``next_before`` or ``previous_after`` of a page
+    (``SearchCursor.encode``: ``<store_timestamp>.<commit_log_offset>``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            max_length=40,
+            validators=[CompiledRegexValidator(r"^[0-9]{1,19}[.][0-9]{1,19}$", code="invalid")],
+            **kwargs,
+        )
+
+    def run_validation(self, data: Any = serializers.empty) -> SearchCursor:
+        text = super().run_validation(data)
+        try:
+            return SearchCursor.decode(text)
+        except ValueError:
+            raise serializers.ValidationError(
+                "Not a page position: give a page's next_before or previous_after."
+            ) from None
+
+
+class MessageSearchQuerySerializer(serializers.Serializer):
+    topic = NameField(required=False)
+    key = StrictCharField(required=False, max_length=1024, help_text="One of the message's keys")
+    tag = StrictCharField(required=False, max_length=255)
+    msg_id = StrictCharField(
+        required=False,
+        validators=[msg_id_validator],
+        help_text="A msg id; a transactional message's is its transaction id",
+    )
+    start = serializers.IntegerField(
+        required=False, min_value=0, help_text="Stored at or after (ms since the epoch)"
+    )
+    end = serializers.IntegerField(
+        required=False, min_value=0, help_text="Stored before (ms since the epoch)"
+    )
+    before = SearchCursorField(required=False, help_text="The older page")
+    after = SearchCursorField(required=False, help_text="The newer page")
+    limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=SEARCH_PAGE_MAX, default=SEARCH_PAGE_DEFAULT
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "before" in attrs and "after" in attrs:
+            raise serializers.ValidationError("Give at most one of before and after.")
+        if "start" in attrs and "end" in attrs and attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": ["Must be after start."]})
+        return attrs
+
+
+class MessageSummarySerializer(serializers.Serializer):
+    """A message of a search: where and when it is stored and what it is, without its body."""
+
+    msg_id = serializers.CharField()
+    kind = serializers.SerializerMethodField()
+    topic = serializers.CharField()
+    queue_id = serializers.IntegerField()
+    queue_offset = serializers.IntegerField()
+    commit_log_offset = serializers.IntegerField()
+    tags = serializers.CharField()
+    keys = serializers.CharField()
+    producer_group = serializers.CharField()
+    born_timestamp = serializers.IntegerField()
+    store_timestamp = serializers.IntegerField()
+
+    def get_kind(self, message: Message) -> MessageKind:
+        """half, op, discarded, dead_letter, retry, committed or normal."""
+        return message_kind(message.topic, message.prepared_transaction_offset)
+
+
+class ArchiveSegmentOutSerializer(serializers.Serializer):
+    start_timestamp = serializers.IntegerField()
+    end_timestamp = serializers.IntegerField()
+    uri = serializers.CharField()
+    rows = serializers.DictField(child=serializers.IntegerField())
+
+
+class ArchiveNoteOutSerializer(serializers.Serializer):
+    """Messages stored before ``pruned_until_timestamp`` were pruned once archived: the
+    archive segments of the search's time (``segments``, the newest 20, of
+    ``segment_count``)."""
+
+    pruned_until_timestamp = serializers.IntegerField(source="pruned_until")
+    segment_count = serializers.IntegerField(source="count")
+    segments = ArchiveSegmentOutSerializer(many=True)
+
+
+class MessageSearchOutSerializer(serializers.Serializer):
+    messages = MessageSummarySerializer(many=True)
+    next_before = serializers.CharField(allow_null=True, help_text="The older page's cursor")
+    previous_after = serializers.CharField(allow_null=True, help_text="The newer page's cursor")
+    archive = ArchiveNoteOutSerializer(allow_null=True)
+
+
+class GroupDeliveryOutSerializer(serializers.Serializer):
+    consumer_group = serializers.CharField()
+    state = serializers.ChoiceField(choices=[s.value for s in DeliveryState])
+    deliveries = serializers.IntegerField(help_text="Times handed out")
+    first_delivered_timestamp = serializers.IntegerField(allow_null=True)
+    last_event = serializers.CharField(allow_null=True, help_text="delivered, acked, ...")
+    last_event_timestamp = serializers.IntegerField(allow_null=True)
+    invisible_until_timestamp = serializers.IntegerField(source="invisible_until", allow_null=True)
+
+
+class MessageDeliveriesOutSerializer(serializers.Serializer):
+    msg_id = serializers.CharField()
+    commit_log_offset = serializers.IntegerField()
+    topic = serializers.CharField()
+    queue_id = serializers.IntegerField()
+    queue_offset = serializers.IntegerField()
+    deliveries = GroupDeliveryOutSerializer(many=True)
