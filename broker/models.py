@@ -656,7 +656,11 @@ class AuditEntry(models.Model):
     transactions it will change as its ``AuditTarget`` rows; afterwards only its progress
     fields change, forward only (``broker.services.bulk``): ``state`` (previewed, queued,
     running, done), ``result``, ``processed``, ``counts``, ``applied_by``,
-    ``applied_timestamp`` and ``finished_timestamp``. Nothing deletes an entry.
+    ``applied_timestamp`` and ``finished_timestamp``. A consumer-group operation with a
+    preview (``reset-offset``, ``skip-backlog``, ``resend-dead-letters``;
+    ``broker.services.consumer_group_ops``) is written at its preview with an empty
+    ``reason``: the operator gives the reason when applying it, and it is set then, once,
+    with its progress fields. Nothing deletes an entry.
     """
 
     class Via(models.TextChoices):
@@ -673,6 +677,14 @@ class AuditEntry(models.Model):
         BULK_RESUME_CHECK = "bulk-resume-check"
         SILENCE_ALERT = "silence-alert"  # an alert silenced (broker.services.alerts.silences)
         EXPIRE_SILENCE = "expire-silence"  # a silence ended early
+        # Consumer-group operations (broker.services.consumer_group_ops): the first two are
+        # previewed (scope: the frozen per-queue plan), then applied with the reason.
+        RESET_OFFSET = "reset-offset"  # a group's offsets reset to a time
+        SKIP_BACKLOG = "skip-backlog"  # a group's offsets moved to the queue ends
+        RESEND_MESSAGE = "resend-message"  # one message delivered again to one group
+        RESEND_DEAD_LETTER = "resend-dead-letter"  # one dead letter's original, to its group
+        RESEND_DEAD_LETTERS = "resend-dead-letters"  # a frozen set of them (targets: the DLQ
+        # copies' commit log offsets), run by a Celery task with live progress
 
     class State(models.TextChoices):
         DONE = "done"
@@ -755,6 +767,9 @@ class DeliveryEvent(models.Model):
         DELIVERED = "delivered"  # handed to a receiver (delivery_attempt says which time)
         ACKED = "acked"
         DEAD_LETTERED = "dead_lettered"  # past max_delivery_attempts, copied to %DLQ%{group}
+        # made visible again to the group by an operator (an offset reset back in time, a
+        # resend, a dead letter resent): the next receive hands it out as attempt 1
+        REDELIVERY = "redelivery"
 
     consumer_group = models.CharField(max_length=127)
     topic = models.CharField(max_length=127)

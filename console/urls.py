@@ -11,6 +11,8 @@ from console.views import (
     alerts,
     audit,
     auth,
+    consumer_groups,
+    exports,
     messages,
     overview,
     reconciliation,
@@ -26,9 +28,11 @@ urlpatterns = typed_routes(
         *overview.urlpatterns,
         *transactions.urlpatterns,
         *messages.urlpatterns,
+        *exports.urlpatterns,
         *actions.urlpatterns,
         *audit.urlpatterns,
         *topology.urlpatterns,
+        *consumer_groups.urlpatterns,  # after topology's consumer-groups/new/
         *reconciliation.urlpatterns,
         *alerts.urlpatterns,
     ]

@@ -356,6 +356,7 @@ SPECTACULAR_SETTINGS = {
         "AlertSeverityEnum": "broker.rules.alerts.AlertSeverity.choices",
         "AlertReceiverKindEnum": "broker.api.serializers.alert_receivers.RECEIVER_KINDS",
         "BulkActionStateEnum": "broker.api.serializers.bulk.BULK_STATES",
+        "AlertStateEnum": "broker.api.serializers.alert_history.ALERT_STATES",
     },
 }
 

@@ -14,6 +14,7 @@ from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
+from broker.api.serializers.incident_export import SCOPES
 from broker.constants import RESERVED_PROPERTIES
 from broker.rules.checks import MAX_CHECK_IMMUNITY_SECONDS
 
@@ -108,6 +109,20 @@ class BulkPreviewInSchema(OpenApiSerializerExtension):
         schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
         if direction == "request":
             schema["oneOf"] = [{"required": ["transaction_ids"]}, {"required": ["filter"]}]
+        return schema
+
+
+class IncidentExportInSchema(OpenApiSerializerExtension):
+    """``IncidentExportInSerializer``: exactly one of ``transaction_ids``, ``stuck``,
+    ``messages`` and ``audit``, as a ``oneOf`` of the four required sets."""
+
+    target_class = "broker.api.serializers.incident_export.IncidentExportInSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's own schema plus ``oneOf`` of each scope required alone."""
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["oneOf"] = [{"required": [name]} for name in SCOPES]
         return schema
 
 

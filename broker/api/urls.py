@@ -33,6 +33,20 @@ from broker.api.views.check_explanations import (
     TransactionCheckExplanationView,
 )
 from broker.api.views.clients import ConsumerGroupClientsView, ProducerGroupClientsView
+from broker.api.views.consumer_group_ops import (
+    BacklogSkipCreateView,
+    ConsumerGroupOffsetsView,
+    DeadLetterListView,
+    DeadLetterResendView,
+    DeadLetterSetApplyView,
+    DeadLetterSetCreateView,
+    DeadLetterSetDetailView,
+    OffsetResetApplyView,
+    OffsetResetCreateView,
+    OffsetResetDetailView,
+    ResendCreateView,
+)
+from broker.api.views.incident_export import IncidentExportView
 from broker.api.views.long_poll import CheckRequestsView, ReceiveView
 from broker.api.views.message_search import MessageDeliveriesView, MessageSearchView
 from broker.api.views.messages import (
@@ -104,6 +118,7 @@ _ROUTES = [
     ("messages/<msgid:msg_id>", MessageDetailView, "message-detail"),
     ("messages/<msgid:msg_id>/deliveries", MessageDeliveriesView, "message-deliveries"),
     ("message-search", MessageSearchView, "message-search"),
+    ("incident-exports", IncidentExportView, "incident-export"),
     ("consumer-groups", ConsumerGroupListCreateView, "consumer-group-list"),
     ("consumer-groups/<name:name>", ConsumerGroupDetailView, "consumer-group-detail"),
     ("consumer-groups/<name:group>/receive", ReceiveView, "consumer-receive"),
@@ -156,6 +171,42 @@ _ROUTES = [
     ("bulk-actions/<int:bulk_id>", BulkActionDetailView, "bulk-action-detail"),
     ("bulk-actions/<int:bulk_id>/targets", BulkActionTargetsView, "bulk-action-targets"),
     ("bulk-actions/<int:bulk_id>/apply", BulkActionApplyView, "bulk-action-apply"),
+    # Consumer-group operations (broker.api.views.consumer_group_ops).
+    ("consumer-groups/<name:group>/offsets", ConsumerGroupOffsetsView, "consumer-group-offsets"),
+    ("consumer-groups/<name:group>/offset-resets", OffsetResetCreateView, "offset-reset-list"),
+    (
+        "consumer-groups/<name:group>/offset-resets/<int:reset_id>",
+        OffsetResetDetailView,
+        "offset-reset-detail",
+    ),
+    (
+        "consumer-groups/<name:group>/offset-resets/<int:reset_id>/apply",
+        OffsetResetApplyView,
+        "offset-reset-apply",
+    ),
+    ("consumer-groups/<name:group>/skip-backlog", BacklogSkipCreateView, "backlog-skip"),
+    ("consumer-groups/<name:group>/resends", ResendCreateView, "consumer-group-resend"),
+    ("consumer-groups/<name:group>/dead-letters", DeadLetterListView, "dead-letter-list"),
+    (
+        "consumer-groups/<name:group>/dead-letters/<int:commit_log_offset>/resend",
+        DeadLetterResendView,
+        "dead-letter-resend-one",
+    ),
+    (
+        "consumer-groups/<name:group>/dead-letter-resends",
+        DeadLetterSetCreateView,
+        "dead-letter-resend-list",
+    ),
+    (
+        "consumer-groups/<name:group>/dead-letter-resends/<int:resend_id>",
+        DeadLetterSetDetailView,
+        "dead-letter-resend-detail",
+    ),
+    (
+        "consumer-groups/<name:group>/dead-letter-resends/<int:resend_id>/apply",
+        DeadLetterSetApplyView,
+        "dead-letter-resend-apply",
+    ),
     ("alerts", AlertListView, "alert-list"),
     ("alerts/<int:alert_id>", AlertDetailView, "alert-detail"),
     ("alert-notifications", AlertNotificationListView, "alert-notification-list"),

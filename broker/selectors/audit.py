@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch, Q, QuerySet
 
 from broker.errors import NotFound
 from broker.models import AuditEntry, AuditTarget, Transaction
@@ -28,6 +28,33 @@ class AuditPage:
 
     entries: list[AuditEntry] = field(default_factory=list)
     next_before: int | None = None
+
+
+def audit_entries_matching(
+    *,
+    actor: str = "",
+    action: str = "",
+    via: str = "",
+    transaction_id: str = "",
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> QuerySet[AuditEntry]:
+    """The audit entries the audit page's filter matches (see ``audit_entries``), unordered and
+    unevaluated: the page and the incident export read the same set."""
+    qs = AuditEntry.objects.all()
+    if actor:
+        qs = qs.filter(Q(actor=actor) | Q(actor__endswith=f":{actor}"))
+    if action:
+        qs = qs.filter(action=action)
+    if via:
+        qs = qs.filter(via=via)
+    if transaction_id:
+        qs = qs.filter(targets__transaction_id=transaction_id)
+    if since_ms is not None:
+        qs = qs.filter(timestamp__gte=since_ms)
+    if until_ms is not None:
+        qs = qs.filter(timestamp__lt=until_ms)
+    return qs
 
 
 def audit_entries(
@@ -54,19 +81,14 @@ def audit_entries(
     Returns:
         ``AuditPage``. Two queries (entries, their first targets).
     """
-    qs = AuditEntry.objects.all()
-    if actor:
-        qs = qs.filter(Q(actor=actor) | Q(actor__endswith=f":{actor}"))
-    if action:
-        qs = qs.filter(action=action)
-    if via:
-        qs = qs.filter(via=via)
-    if transaction_id:
-        qs = qs.filter(targets__transaction_id=transaction_id)
-    if since_ms is not None:
-        qs = qs.filter(timestamp__gte=since_ms)
-    if until_ms is not None:
-        qs = qs.filter(timestamp__lt=until_ms)
+    qs = audit_entries_matching(
+        actor=actor,
+        action=action,
+        via=via,
+        transaction_id=transaction_id,
+        since_ms=since_ms,
+        until_ms=until_ms,
+    )
     if before is not None:
         qs = qs.filter(pk__lt=before)
     shown = AuditTarget.objects.order_by("id")[:TARGETS_SHOWN]

@@ -195,6 +195,10 @@ _JOURNAL_TITLES = {
         "consumer_dead_lettered",
         "Dead-lettered to %DLQ%{group} after {attempt} attempts",
     ),
+    DeliveryEvent.Kind.REDELIVERY: (
+        "consumer_redelivery",
+        "Made visible again to {group} by an operator (offset reset or resend)",
+    ),
 }
 
 

@@ -340,7 +340,7 @@ def bulk_run(bulk_id: int) -> AuditEntry:
             )
         entry.state = AuditEntry.State.RUNNING
         entry.save(update_fields=["state"])
-    progress = _Progress(entry)
+    progress = TargetProgress(entry)
     last_id = 0
     while batch := list(
         entry.targets.filter(result=Result.PENDING, id__gt=last_id)
@@ -392,9 +392,11 @@ def bulk_counts(entry: AuditEntry) -> dict[str, int]:
     return counts
 
 
-class _Progress:
-    """Counts of one run, saved on the entry and announced at most every
-    ``PROGRESS_INTERVAL_MS`` and at the end."""
+class TargetProgress:
+    """Counts of one run over an entry's frozen targets, saved on the entry and announced
+    (``bulk.progress``, ``bulk_id`` = the entry's id) at most every ``PROGRESS_INTERVAL_MS``
+    and at the end. Also used by the dead-letter resend sets
+    (``broker.services.consumer_group_ops``), whose page listens the same way."""
 
     def __init__(self, entry: AuditEntry) -> None:
         self.entry = entry

@@ -11,6 +11,7 @@ default 50).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django import forms
 
@@ -90,15 +91,22 @@ def _ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
 
-def message_query_of(form: MessageSearchForm) -> MessageQuery:
-    """The selector's query for a valid form (call ``form.is_valid()`` first); every console
-    user may view every message, so no producer-group restriction."""
+def message_query_fields(form: MessageSearchForm) -> dict[str, Any]:
+    """``MessageQuery``'s fields for a valid form (call ``form.is_valid()`` first): ``topic``,
+    ``key``, ``tag``, ``msg_id``, ``start_ms``, ``end_ms`` (JSON values: the incident export
+    records them)."""
     data = form.cleaned_data
-    return MessageQuery(
-        topic=data.get("topic") or "",
-        key=data.get("key") or "",
-        tag=data.get("tag") or "",
-        msg_id=data.get("msg_id") or "",
-        start_ms=_ms(data.get("start")),
-        end_ms=_ms(data.get("end")),
-    )
+    return {
+        "topic": data.get("topic") or "",
+        "key": data.get("key") or "",
+        "tag": data.get("tag") or "",
+        "msg_id": data.get("msg_id") or "",
+        "start_ms": _ms(data.get("start")),
+        "end_ms": _ms(data.get("end")),
+    }
+
+
+def message_query_of(form: MessageSearchForm) -> MessageQuery:
+    """The selector's query for a valid form; every console user may view every message, so
+    no producer-group restriction."""
+    return MessageQuery(**message_query_fields(form))

@@ -19,6 +19,7 @@ from broker.rules.messages import (
     message_kind,
 )
 from broker.rules.preview import body_preview
+from broker.rules.topics import is_undeliverable_topic
 from broker.selectors.message_search import (
     MessagePage,
     MessageQuery,
@@ -53,6 +54,7 @@ class MessageSearchView(ViewConsoleRequired, View):
             "page": page,
             "rows": [(m, MESSAGE_KIND_TEXT[k]) for m, k in page.kinds()],
             "searched": bool(params),
+            "export_query": urlencode([("kind", "messages"), *params]),
             "older_query": urlencode([*params, ("before", page.next_before.encode())])
             if page.next_before
             else "",
@@ -84,6 +86,7 @@ class MessageDetailView(ViewConsoleRequired, View):
             "properties": sorted((message.properties or {}).items()),
             "transaction_id": message_transaction_id(message),
             "deliveries": [(d, DELIVERY_STATE_TEXT[d.state]) for d in deliveries],
+            "deliverable": not is_undeliverable_topic(message.topic),
             "now": now,
         }
         return render(request, "console/messages/detail.html", context)

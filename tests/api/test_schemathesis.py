@@ -161,15 +161,21 @@ def excluded_checks(case: Any) -> list[Any]:
     (``positive_data_acceptance``); its other checks all run. The same for an alert
     receiver's ``url`` (``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``), and its target field
     that its kind requires (``url`` or ``emails``, 400 ``url_required``,
-    ``emails_required``, ``invalid_email``). And a bulk action's preview, whose 400
-    ``bulk_empty`` depends on the database (no transaction of the selection or filter can be
-    changed by the action), not on the body's shape; and a topic's new ``queue_nums``, which
+    ``emails_required``, ``invalid_email``). And a bulk action's preview and an incident
+    export, whose 400 ``bulk_empty`` / ``export_empty`` depends on the database (no
+    transaction of the selection or filter can be changed, or matches), not on the body's
+    shape; and a topic's new ``queue_nums``, which
     may not be below its current number (400 ``invalid_queue_nums``), which an earlier case may
     have raised; and the message search's rules across its parameters (``end`` after
     ``start``, at most one of ``before`` and ``after``), which OpenAPI's query parameters
     cannot state."""
     if case.method in ("POST", "PATCH") and case.operation.path.startswith(
-        ("/api/v1/producer-groups", "/api/v1/alert-receivers", "/api/v1/bulk-actions")
+        (
+            "/api/v1/producer-groups",
+            "/api/v1/alert-receivers",
+            "/api/v1/bulk-actions",
+            "/api/v1/incident-exports",
+        )
     ):
         return [positive_data_acceptance]
     if case.method == "PATCH" and case.operation.path == "/api/v1/topics/{name}":

@@ -69,7 +69,9 @@ def consumer(client_id: str, group: str = "C", **fields: Any) -> ClientConnectio
 
 def cell(html: str, group: str) -> str:
     """The gRPC clients cell of ``group``'s row on a groups page."""
-    row = re.search(rf'<th scope="row">{group}</th>(.*?)</tr>', html, re.S)
+    row = re.search(
+        rf'<th scope="row">(?:<a href="[^"]*">)?{group}(?:</a>)?</th>(.*?)</tr>', html, re.S
+    )
     assert row, html
     found = re.search(r'<td class="clients">(.*?)</td>', row.group(1), re.S)
     assert found, row.group(1)

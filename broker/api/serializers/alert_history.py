@@ -15,6 +15,10 @@ ALERT_LIST_MAX = 500
 """The most resolved alerts or notifications one list answers (``limit``)."""
 
 
+ALERT_STATES = Alert.State.choices
+"""An alert's states (``firing``, ``resolved``): the OpenAPI enum ``AlertStateEnum``."""
+
+
 class AlertQuerySerializer(serializers.Serializer):
     """``GET /api/v1/alerts``: ``state`` firing (default: every firing alert) or resolved (the
     latest ``limit``)."""

@@ -101,3 +101,19 @@ def test_who_may_search(db, role, status):
     signed_in(client, role)
     assert client.get("/console/messages/").status_code == status
     assert Client().get("/console/messages/").status_code == 302  # signed out: to sign in
+
+
+def test_an_operator_of_the_group_gets_a_resend_link(db):
+    consumer_group_create(name="billing", max_delivery_attempts=3)
+    message = message_send(topic="TranTest", body=b"x", producer_group="G")
+    messages_receive(
+        consumer_group="billing", topic="TranTest", max_messages=1, invisible_duration_ms=60_000
+    )
+    operator, viewer = Client(), Client()
+    signed_in(operator, "operator")
+    signed_in(viewer, "viewer")
+    url = f"/console/messages/{message.commit_log_offset}/"
+    link = f'href="/console/consumer-groups/billing/resend/{message.commit_log_offset}/"'
+
+    assert link in operator.get(url).content.decode()
+    assert link not in viewer.get(url).content.decode()

@@ -1,0 +1,135 @@
+"""The console's consumer-group pages (console.views.consumer_groups): Olga (a full operator)
+resets offsets through preview and apply and resends; Paula operates consumer group
+``billing`` only (403 and no controls on ``shipping``); Vic, a viewer, sees no controls."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from broker.models import AuditEntry, Message
+from broker.services.admin import consumer_group_create, topic_create
+from broker.services.consumers import messages_ack, messages_receive
+from broker.services.messages import message_send
+from console.services import console_user_create
+from tests.console.conftest import PASSWORD, signed_in
+
+BASE = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def _consume(group: str) -> list:
+    out = []
+    while batch := messages_receive(
+        consumer_group=group, topic="Orders", max_messages=16, invisible_duration_ms=60_000
+    ):
+        out.extend(batch)
+        messages_ack(consumer_group=group, receipt_handles=[r.receipt_handle for r in batch])
+    return out
+
+
+@pytest.fixture
+def orders(db):
+    topic_create(name="Orders", queue_nums=2)
+    consumer_group_create(name="billing")
+    consumer_group_create(name="shipping")
+    sent = [message_send(topic="Orders", body=f"m{i}".encode()) for i in range(6)]
+    for i, m in enumerate(sent):
+        Message.objects.filter(pk=m.pk).update(store_timestamp=BASE + i * 1000)
+    _consume("billing")
+    _consume("shipping")
+    return sent
+
+
+@pytest.fixture
+def paula(db) -> Client:
+    client = Client()
+    client.force_login(
+        console_user_create(
+            username="paula", role="operator", password=PASSWORD, consumer_groups=["billing"]
+        )
+    )
+    return client
+
+
+def test_a_reset_is_previewed_with_its_count_then_applied_with_a_reason(client, orders):
+    signed_in(client, "operator")
+    page = client.get("/console/consumer-groups/billing/")
+    assert page.status_code == 200 and b'id="reset-form"' in page.content
+    assert (
+        client.get("/console/consumer-groups/").content.count(
+            b'href="/console/consumer-groups/billing/"'
+        )
+        == 1
+    )
+
+    r = client.post(
+        "/console/consumer-groups/billing/offset-resets/", {"at": "2023-11-14T22:13:23"}
+    )
+    entry = AuditEntry.objects.get(action="reset-offset")
+    assert r.url == f"/console/consumer-groups/billing/offset-resets/{entry.pk}/"
+    preview = client.get(r.url)
+    assert b'<strong id="redeliver-count">3</strong>' in preview.content
+    no_reason = client.post(f"{r.url}apply/", {"reason": ""}, follow=True)
+    assert b"needs a reason" in no_reason.content
+    client.post(f"{r.url}apply/", {"reason": "replay"})
+    assert AuditEntry.objects.get(pk=entry.pk).state == "done"
+    assert sorted(m.message.pk for m in _consume("billing")) == sorted(m.pk for m in orders[3:])
+    assert _consume("shipping") == []
+
+
+def test_bad_time_is_said_and_changes_nothing(client, orders):
+    signed_in(client, "operator")
+    r = client.post(
+        "/console/consumer-groups/billing/offset-resets/", {"at": "yesterday"}, follow=True
+    )
+    assert b"YYYY-MM-DD" in r.content
+    assert not AuditEntry.objects.exists()
+
+
+def test_a_resend_from_a_message_reaches_the_group(client, orders):
+    signed_in(client, "operator")
+    url = f"/console/consumer-groups/billing/resend/{orders[0].pk}/"
+    assert b'id="resend-form"' in client.get(url).content
+    client.post(url, {"reason": "lost it"})
+    assert [r.message.pk for r in _consume("billing")] == [orders[0].pk]
+    assert client.get("/console/consumer-groups/billing/resend/999999/").status_code == 404
+
+
+def test_a_viewer_sees_no_controls(client, orders):
+    signed_in(client, "viewer")
+    page = client.get("/console/consumer-groups/billing/")
+    assert page.status_code == 200
+    assert b'id="reset-form"' not in page.content and b"Preview skip" not in page.content
+    assert client.post("/console/consumer-groups/billing/skip-backlog/").status_code == 403
+
+
+def test_a_scoped_operator_acts_on_their_group_only(paula, orders):
+    assert b'id="reset-form"' in paula.get("/console/consumer-groups/billing/").content
+    other = paula.get("/console/consumer-groups/shipping/")
+    assert other.status_code == 200 and b'id="reset-form"' not in other.content
+    assert paula.post("/console/consumer-groups/shipping/skip-backlog/").status_code == 403
+    assert (
+        paula.post(
+            "/console/consumer-groups/shipping/offset-resets/", {"at": "2023-11-14T22:13:23"}
+        ).status_code
+        == 403
+    )
+    assert paula.get(f"/console/consumer-groups/shipping/resend/{orders[0].pk}/").status_code == 403
+    assert paula.post("/console/consumer-groups/billing/skip-backlog/").status_code == 302
+    assert not AuditEntry.objects.filter(scope__consumer_group="shipping").exists()
+
+
+def test_unknown_group_is_404(client, db):
+    signed_in(client, "viewer")
+    assert client.get("/console/consumer-groups/nope/").status_code == 404
+
+
+def test_the_audit_log_links_the_operations_to_their_group(client, orders):
+    signed_in(client, "operator")
+    client.post("/console/consumer-groups/billing/skip-backlog/")
+    client.post(f"/console/consumer-groups/billing/resend/{orders[0].pk}/", {"reason": "lost"})
+    skip = AuditEntry.objects.get(action="skip-backlog")
+    page = client.get("/console/audit/")
+    assert page.status_code == 200
+    assert f"/console/consumer-groups/billing/offset-resets/{skip.pk}/".encode() in page.content
+    assert b"/console/transactions/" not in page.content.split(b"<tbody>")[-1]
