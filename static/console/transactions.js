@@ -187,7 +187,24 @@
     document.addEventListener("halfmoon:resync", reload);
   }
 
+  // The action buttons of a transaction's page open their dialog, and Cancel closes it. One
+  // listener on the document: a live update replaces the page's content (#tx-detail), and
+  // handlers bound to the old buttons would be lost with them.
+  function setupActions() {
+    document.addEventListener("click", function (event) {
+      var opener = event.target.closest(".actions [data-dialog]");
+      if (opener) {
+        var dialog = document.getElementById(opener.dataset.dialog);
+        if (dialog && !dialog.open) dialog.showModal();
+        return;
+      }
+      var closer = event.target.closest(".actions dialog [data-close]");
+      if (closer) closer.closest("dialog").close();
+    });
+  }
+
   function start() {
+    setupActions();
     if (table()) setupList();
     var detail = document.getElementById("tx-detail");
     if (detail) setupDetail(detail);

@@ -39,3 +39,18 @@ def test_each_queue_goes_back_forward_or_stays_and_counts_what_it_changes():
 def test_a_forward_reset_never_moves_an_offset_back():
     assert offset_forwarded(held=5, new=9) == 9
     assert offset_forwarded(held=12, new=9) == 12
+
+
+def test_totals_add_every_queue_and_each_plan_keeps_where_the_queue_was():
+    plans = offset_reset_plan(
+        [
+            QueuePosition("T", 0, current=2, target=5, messages_between=3),
+            QueuePosition("T", 1, current=1, target=8, messages_between=7),
+            QueuePosition("T", 2, current=9, target=6, messages_between=3),
+            QueuePosition("T", 3, current=9, target=1, messages_between=8),
+        ]
+    )
+
+    assert plan_totals(plans) == (11, 10)
+    assert [(p.current, p.new) for p in plans] == [(2, 5), (1, 8), (9, 6), (9, 1)]
+    assert [p.as_json()["current"] for p in plans] == [2, 1, 9, 9]
