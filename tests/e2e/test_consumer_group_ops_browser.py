@@ -20,7 +20,6 @@ state.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,24 +28,14 @@ from datetime import UTC, datetime
 import httpx
 import psycopg
 import pytest
-import redis
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
-from tests.e2e.processes import (
-    ROOT,
-    Stack,
-    broker_env,
-    chromium_launch,
-    console_sign_in,
-    free_port,
-    manage,
-    pg_database,
-)
+from tests.e2e.console_stack import console_broker, shot
+from tests.e2e.processes import chromium_launch, console_sign_in
 
 pytestmark = pytest.mark.e2e
 expect.set_options(timeout=15_000)
 
-SCREENSHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "consumer-group-ops-browser-pw"
 TOPIC, DLQ_TEST_TOPIC = "CgOpsTopic", "CgOpsPoison"
 BILLING, FRAGILE = "billing", "fragile"
@@ -102,38 +91,16 @@ class Broker:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     tmp = tmp_path_factory.mktemp("consumer-group-ops")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
-    with redis.Redis.from_url(redis_url) as r:
-        r.flushdb()
-    name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_cgops"
-    with pg_database(name) as database_url:
-        env = broker_env(database_url=database_url, redis_url=redis_url, var_dir=tmp / "var")
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
-        manage(env, "create_console_user", "olga", "--role", "operator", "--password", PASSWORD)
-        admin_token = manage(env, "create_access_key", "cgops-admin", "--admin").split()[-1]
-        stack = Stack(env, tmp)
-        try:
-            url = stack.start_broker(free_port())
-            with httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30
-            ) as admin:
-                for path, body in (
-                    ("/api/v1/topics", {"name": TOPIC, "queue_nums": 2}),
-                    ("/api/v1/topics", {"name": DLQ_TEST_TOPIC, "queue_nums": 1}),
-                    ("/api/v1/consumer-groups", {"name": BILLING}),
-                    ("/api/v1/consumer-groups", {"name": FRAGILE, "max_delivery_attempts": 1}),
-                ):
-                    answer = admin.post(path, json=body)
-                    assert answer.status_code == 201, answer.text
-                yield Broker(url=url, database_url=database_url, admin=admin)
-        finally:
-            stack.stop()
-
-
-def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    users = [("olga", "--role", "operator", "--password", PASSWORD)]
+    with console_broker(tmp, "cgops", users=users) as running:
+        for path, body in (
+            ("/api/v1/topics", {"name": TOPIC, "queue_nums": 2}),
+            ("/api/v1/topics", {"name": DLQ_TEST_TOPIC, "queue_nums": 1}),
+            ("/api/v1/consumer-groups", {"name": BILLING}),
+            ("/api/v1/consumer-groups", {"name": FRAGILE, "max_delivery_attempts": 1}),
+        ):
+            running.post(path, body, status=201)
+        yield Broker(url=running.url, database_url=running.env["DATABASE_URL"], admin=running.api)
 
 
 def _signed_in(playwright, broker: Broker):

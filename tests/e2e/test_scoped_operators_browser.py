@@ -15,31 +15,20 @@ Playwright's ``expect`` waits for each state.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
-import redis
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
-from tests.e2e.processes import (
-    ROOT,
-    Stack,
-    broker_env,
-    chromium_launch,
-    console_sign_in,
-    free_port,
-    manage,
-    pg_database,
-)
+from tests.e2e.console_stack import console_broker, shot
+from tests.e2e.processes import chromium_launch, console_sign_in, manage
 
 pytestmark = pytest.mark.e2e
 expect.set_options(timeout=10_000)
 
-SCREENSHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "scoped-operator-browser-pw"
 IMMUNE_S = 3600  # never back-checked while the test runs
 TOPIC, PAYMENTS, ORDERS = "ScopedTopic", "payments", "orders"
@@ -73,55 +62,19 @@ class Broker:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     tmp = tmp_path_factory.mktemp("scoped-operators")
-    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
-    with redis.Redis.from_url(redis_url) as r:
-        r.flushdb()
-    name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_scoped"
-    with pg_database(name) as database_url:
-        env = broker_env(database_url=database_url, redis_url=redis_url, var_dir=tmp / "var")
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
-        manage(
-            env,
-            "create_console_user",
-            "paula",
-            "--role",
-            "operator",
-            "--producer-group",
-            PAYMENTS,
-            "--password",
-            PASSWORD,
-        )
-        admin_token = manage(env, "create_access_key", "scoped-admin", "--admin").split()[-1]
+    users = [("paula", "--role", "operator", "--producer-group", PAYMENTS, "--password", PASSWORD)]
+    with console_broker(tmp, "scoped", users=users) as running:
         payments_token = manage(
-            env, "create_access_key", "payments-ops", "--operator-producer-group", PAYMENTS
+            running.env, "create_access_key", "payments-ops", "--operator-producer-group", PAYMENTS
         ).split()[-1]
-        stack = Stack(env, tmp)
-        try:
-            url = stack.start_broker(free_port())
-            with (
-                httpx.Client(
-                    base_url=url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30
-                ) as admin,
-                httpx.Client(
-                    base_url=url, headers={"Authorization": f"Bearer {payments_token}"}, timeout=30
-                ) as payments_key,
-            ):
-                for path, body in (
-                    ("/api/v1/topics", {"name": TOPIC, "queue_nums": 2}),
-                    ("/api/v1/producer-groups", {"name": PAYMENTS, "check_url": None}),
-                    ("/api/v1/producer-groups", {"name": ORDERS, "check_url": None}),
-                ):
-                    answer = admin.post(path, json=body)
-                    assert answer.status_code == 201, answer.text
-                yield Broker(url=url, admin=admin, payments_key=payments_key)
-        finally:
-            stack.stop()
-
-
-def shot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        headers = {"Authorization": f"Bearer {payments_token}"}
+        with httpx.Client(base_url=running.url, headers=headers, timeout=30) as payments_key:
+            running.post("/api/v1/topics", {"name": TOPIC, "queue_nums": 2}, status=201)
+            for group in (PAYMENTS, ORDERS):
+                running.post(
+                    "/api/v1/producer-groups", {"name": group, "check_url": None}, status=201
+                )
+            yield Broker(url=running.url, admin=running.api, payments_key=payments_key)
 
 
 def test_a_group_scoped_operator_acts_on_her_group_only(broker: Broker) -> None:
