@@ -4,6 +4,7 @@ delivered twice.
 
     .venv/bin/python bench/chaos.py --rounds 6            # each fault once
     .venv/bin/python bench/chaos.py --rounds 100          # the issue's goal: all zeros
+    .venv/bin/python bench/chaos.py --failover --rounds 20   # the primary's machine lost, 20 times
 
 The broker runs as the quick start runs it (``bin/run --no-setup``: supervisord with web,
 worker, beat and pipeline) on a PostgreSQL cluster and a Redis server of the bench's own
@@ -23,6 +24,25 @@ rolls it back (20%) or leaves it to the back-check (20%)) and ``--consumers`` co
 - ``postgres``: stop PostgreSQL (fast), 3 s, start it;
 - ``redis``: stop Redis, 3 s, start it.
 
+With ``--failover`` the database is a pg_auto_failover formation of the bench's own
+(``tests.e2e.ha_cluster``: a monitor, a primary and a synchronous standby, each its own data
+directory and port; the broker's ``DATABASE_URL`` names both data nodes with
+``target_session_attrs=read-write``, as docs/operations.md "High availability" sets it up),
+and the faults are ``--ha-faults`` in turn (by default ``primary_lost`` every round):
+
+- ``primary_lost``: the primary's machine lost: its ``pg_autoctl`` and PostgreSQL killed with
+  SIGKILL and its data directory moved away; the monitor promotes the standby;
+- ``standby_lost``: the same to the standby;
+- ``switchover``: ``pg_autoctl perform switchover``;
+- ``monitor_lost``: the monitor's ``pg_autoctl`` and PostgreSQL killed, restarted 5 s later.
+
+The load goes on until a send is acknowledged again after the fault (the failover time: from
+the kill to the first acknowledged send that started after it; goal 30 s), and after the
+round a lost node is replaced by a new, empty one on its address, which joins as the
+synchronous standby, so that every round starts from a whole formation. Producers choose their
+own msg ids and send a half message again with the same msg id until it is acknowledged, so a
+send whose answer was lost in the failover is stored once or counted as doubled.
+
 Then the load stops and, once the broker has settled, the round is verified:
 
 - every half message acknowledged with 201 is stored, and final or still PREPARED and
@@ -40,8 +60,13 @@ last line is
 
     rounds=<n> acked=<n> lost=<n> doubled=<n> rebuild_diffs=<n> api_5xx=<n>
 
+with ``--failover``, followed by `` failover_p50_s=<s> failover_max_s=<s>`` (over the
+``primary_lost`` rounds); the exit status is 1 when a figure is not zero or a failover took
+longer than 30 s.
+
 Needs PostgreSQL's server binaries (``initdb``) and ``redis-server`` (Debian packages
-postgresql and redis-server). Logs go to ``var/bench/chaos/``.
+postgresql and redis-server); ``--failover`` also ``pg_autoctl`` (Debian packages
+postgresql-15-auto-failover and pg-auto-failover-cli). Logs go to ``var/bench/chaos/``.
 """
 
 from __future__ import annotations
@@ -52,6 +77,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -76,6 +102,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import psycopg  # noqa: E402
 
+from tests.e2e.ha_cluster import AutoFailoverCluster, pg_autoctl  # noqa: E402
 from tests.e2e.processes import (  # noqa: E402
     broker_env,
     free_port,
@@ -88,6 +115,8 @@ from tests.e2e.services import PrivatePostgres, RedisServer, pg_bin  # noqa: E40
 from tests.support import CheckServer  # noqa: E402
 
 FAULTS = ("web_worker", "worker", "pool_child", "beat", "postgres", "redis")
+HA_FAULTS = ("primary_lost", "standby_lost", "switchover", "monitor_lost")
+FAILOVER_GOAL_S = 30.0  # writes accepted again within this long of the primary's loss
 TOPIC = "ChaosTopic"
 PRODUCER_GROUP = "ChaosProducers"
 CONSUMER_GROUP = "ChaosConsumers"
@@ -122,6 +151,7 @@ class Ledger:
     api_5xx: int = 0
     unavailable: int = 0  # 503s and refused or dropped connections, retried
     requests: int = 0
+    writes: list[tuple[float, float]] = field(default_factory=list)  # acked sends: start, end
 
     def answered(self, response: httpx.Response | None) -> httpx.Response | None:
         """Count one request's answer (None: no answer); returns it."""
@@ -144,26 +174,43 @@ def request(client: httpx.Client, ledger: Ledger, method: str, path: str, **kw: 
 
 
 def producer(url: str, token: str, ledger: Ledger, stop: threading.Event, seed: int) -> None:
-    """Send, then commit, roll back or leave to the back-check, until ``stop``."""
+    """Send, then commit, roll back or leave to the back-check, until ``stop``.
+
+    Each half message carries a msg id of the producer's own: a send that got no answer (a
+    dropped connection, a 503 while no primary answers) is sent again with the same msg id
+    until it is acknowledged (201, or 200: the broker had stored it and answers the stored
+    transaction), so an ambiguous outcome is resolved, never doubled."""
     rng = random.Random(seed)
     headers = {"Authorization": f"Bearer {token}"}
+    sent_count = 0
     with httpx.Client(base_url=url, headers=headers, timeout=15) as client:
         while not stop.is_set():
-            sent = request(
-                client, ledger, "POST", "/api/v1/transactions",
-                json={"producer_group": PRODUCER_GROUP, "topic": TOPIC, "body": "chaos"},
-            )  # fmt: skip
-            if sent is None or sent.status_code != 201:
+            sent_count += 1
+            msg_id = f"chaos-{seed}-{sent_count}"
+            transaction_id = None
+            while not stop.is_set():
+                started = time.monotonic()
+                sent = request(
+                    client, ledger, "POST", "/api/v1/transactions",
+                    json={"producer_group": PRODUCER_GROUP, "topic": TOPIC, "body": "chaos",
+                          "msg_id": msg_id},
+                )  # fmt: skip
+                if sent is not None and sent.status_code in (200, 201):
+                    transaction_id = sent.json()["transaction_id"]
+                    with ledger.lock:
+                        ledger.halves.add(transaction_id)
+                        ledger.writes.append((started, time.monotonic()))
+                    break
+                if sent is not None and sent.status_code < 500:
+                    break
                 time.sleep(0.2)
+            if transaction_id is None:
                 continue
-            transaction_id = sent.json()["transaction_id"]
-            with ledger.lock:
-                ledger.halves.add(transaction_id)
             roll = rng.random()
             if roll >= 0.8:
                 continue  # left to the back-check
             action = "commit" if roll < 0.6 else "rollback"
-            for _ in range(20):  # an end that got no answer is sent again (idempotent)
+            for _ in range(100):  # an end that got no answer is sent again (idempotent)
                 ended = request(
                     client, ledger, "POST", f"/api/v1/transactions/{transaction_id}/end",
                     json={"producer_group": PRODUCER_GROUP, "action": action},
@@ -253,7 +300,9 @@ class Broker:
                 proc.kill()
 
 
-def inject(fault: str, broker: Broker, postgres: PrivatePostgres, redis: RedisServer) -> str:
+def inject(
+    fault: str, broker: Broker, database: PrivatePostgres | AutoFailoverCluster, redis: RedisServer
+) -> str:
     """Do ``fault``; returns what was done."""
     if fault == "pool_child":
         victims = broker.pool_children()
@@ -265,11 +314,53 @@ def inject(fault: str, broker: Broker, postgres: PrivatePostgres, redis: RedisSe
         victim = broker.programs()["web" if fault == "web_worker" else fault]
         victim.kill()
         return f"{fault}: killed pid {victim.pid}"
-    server = postgres if fault == "postgres" else redis
+    if isinstance(database, AutoFailoverCluster):
+        return inject_ha(fault, database)
+    server = database if fault == "postgres" else redis
     server.stop()
     time.sleep(3)
     server.start()
     return f"{fault}: stopped 3 s"
+
+
+def inject_ha(fault: str, cluster: AutoFailoverCluster) -> str:
+    """One of ``HA_FAULTS`` on the formation; returns what was done. A lost node stays lost
+    until ``repair``."""
+    if fault in ("primary_lost", "standby_lost"):
+        node = cluster.primary() if fault == "primary_lost" else cluster.standby()
+        if node is None:
+            return f"{fault}: no such node"
+        cluster.lose_node(node)
+        return f"{fault}: {node.name} (port {node.port}) killed, its data directory gone"
+    if fault == "switchover":
+        before = cluster.primary()
+        cluster.switchover()
+        after = cluster.primary()
+        return f"{fault}: {before and before.name} -> {after and after.name}"
+    cluster.stop_monitor()
+    time.sleep(5)
+    cluster.start_monitor()
+    return f"{fault}: monitor killed, restarted 5 s later"
+
+
+def repair(cluster: AutoFailoverCluster) -> str:
+    """Replace every lost node with a new, empty one on its address (a synchronous standby once
+    it has caught up); returns what was done."""
+    done = []
+    for node in list(cluster.nodes):
+        if node.process is None:
+            fresh = cluster.replace_node(node)
+            done.append(f"{node.name} replaced by {fresh.name}")
+    cluster.wait_settled()
+    return ", ".join(done) or "nothing lost"
+
+
+def failover_seconds(ledger: Ledger, fault_at: float) -> float | None:
+    """Seconds from ``fault_at`` (monotonic) to the first acknowledged send that started after
+    it; None when none did."""
+    with ledger.lock:
+        ends = [end for start, end in ledger.writes if start >= fault_at]
+    return min(ends) - fault_at if ends else None
 
 
 @dataclass
@@ -348,6 +439,14 @@ def main() -> int:
     parser.add_argument("--round-s", type=float, default=20.0, help="load per round (s)")
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument(
+        "--failover", action="store_true",
+        help="run on a pg_auto_failover formation; each round loses its primary",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ha-faults", default="primary_lost",
+        help=f"with --failover, the faults taken in turn, of {','.join(HA_FAULTS)}",
+    )  # fmt: skip
     parser.add_argument("--dir", default=str(ROOT / "var" / "bench" / "chaos"))
     args = parser.parse_args()
     if pg_bin() is None or shutil.which("redis-server") is None:
@@ -357,10 +456,24 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    faults: tuple[str, ...] = FAULTS
+    if args.failover:
+        faults = tuple(args.ha_faults.split(","))
+        if pg_autoctl() is None or not set(faults) <= set(HA_FAULTS):
+            print(
+                "bench/chaos.py --failover needs pg_auto_failover (apt-get install -y "
+                f"postgresql-15-auto-failover pg-auto-failover-cli); --ha-faults of {HA_FAULTS}",
+                file=sys.stderr,
+            )
+            return 2
     workdir = Path(args.dir)
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    postgres = PrivatePostgres(free_port())
+    database: PrivatePostgres | AutoFailoverCluster
+    if args.failover:
+        database = AutoFailoverCluster(free_port(), (free_port(), free_port()))
+    else:
+        database = PrivatePostgres(free_port())
     redis = RedisServer(free_port())
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -370,10 +483,15 @@ def main() -> int:
     broker: Broker | None = None
     totals: Counter[str] = Counter()
     acked = api_5xx = 0
+    failovers: list[float] = []
     try:
-        postgres.init()
-        postgres.start()
-        database_url = postgres.create_database("halfmoon_chaos")
+        if isinstance(database, AutoFailoverCluster):
+            database.start()
+            database_url = database.url()
+        else:
+            database.init()
+            database.start()
+            database_url = database.create_database("halfmoon_chaos")
         redis.start()
         checks.start()
         env = broker_env(
@@ -399,7 +517,7 @@ def main() -> int:
         )
         ledger = Ledger()
         for round_no in range(args.rounds):
-            fault = FAULTS[round_no % len(FAULTS)]
+            fault = faults[round_no % len(faults)]
             stop_producers, stop_consumers = threading.Event(), threading.Event()
             producers = [
                 threading.Thread(
@@ -414,8 +532,24 @@ def main() -> int:
             for thread in producers + consumers:
                 thread.start()
             time.sleep(args.round_s / 2)
-            done = inject(fault, broker, postgres, redis)
-            time.sleep(args.round_s / 2)
+            fault_at = time.monotonic()
+            done = inject(fault, broker, database, redis)
+            if isinstance(database, AutoFailoverCluster) and fault in (
+                "primary_lost",
+                "standby_lost",
+            ):
+                fault_at = database.lost_at or fault_at  # the kill itself, not the look-up
+            # The load goes on for the round's second half, and at least until a write is
+            # acknowledged again after the fault (at most FAILOVER_GOAL_S longer).
+            deadline = time.monotonic() + args.round_s / 2
+            while time.monotonic() < deadline or (
+                failover_seconds(ledger, fault_at) is None
+                and time.monotonic() < fault_at + FAILOVER_GOAL_S + args.round_s
+            ):
+                time.sleep(0.2)
+            recovered = failover_seconds(ledger, fault_at)
+            if args.failover and fault == "primary_lost":
+                failovers.append(recovered if recovered is not None else float("inf"))
             stop_producers.set()
             for thread in producers:
                 thread.join()
@@ -424,14 +558,17 @@ def main() -> int:
             stop_consumers.set()
             for thread in consumers:
                 thread.join()
+            repaired = repair(database) if isinstance(database, AutoFailoverCluster) else ""
             # Every round checks everything acknowledged so far: the last round's count is the
             # run's.
             totals["lost"] = len(verdict.lost)
             totals["doubled"] = len(verdict.doubled)
             totals["rebuild_diffs"] += verdict.rebuild_diffs
             print(
-                f"round {round_no + 1}: {done}; acked halves {len(ledger.halves)}, commits "
-                f"{len(ledger.commits)}, rollbacks {len(ledger.rollbacks)}; lost "
+                f"round {round_no + 1}: {done}; writes again after "
+                f"{'none' if recovered is None else f'{recovered:.1f} s'}"
+                f"{'; ' + repaired if repaired else ''}; acked halves {len(ledger.halves)}, "
+                f"commits {len(ledger.commits)}, rollbacks {len(ledger.rollbacks)}; lost "
                 f"{len(verdict.lost)} {verdict.lost[:5]} doubled {len(verdict.doubled)} "
                 f"{verdict.doubled[:5]} rebuild_diffs {verdict.rebuild_diffs}; 5xx "
                 f"{ledger.api_5xx}, unavailable {ledger.unavailable} of {ledger.requests}",
@@ -444,14 +581,21 @@ def main() -> int:
             broker.stop()
         checks.stop()
         redis.stop()
-        postgres.remove()
-    print(
+        database.remove()
+    line = (
         f"rounds={args.rounds} acked={acked} lost={totals['lost']} doubled={totals['doubled']} "
         f"rebuild_diffs={totals['rebuild_diffs']} api_5xx={api_5xx}"
     )
-    return (
-        0 if not (totals["lost"] or totals["doubled"] or totals["rebuild_diffs"] or api_5xx) else 1
-    )
+    slow = False
+    if failovers:
+        line += (
+            f" failover_p50_s={statistics.median(failovers):.1f} "
+            f"failover_max_s={max(failovers):.1f}"
+        )
+        slow = max(failovers) > FAILOVER_GOAL_S
+    print(line)
+    failed = totals["lost"] or totals["doubled"] or totals["rebuild_diffs"] or api_5xx or slow
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -12,10 +12,15 @@ consumer queues) and the rollup, so they cost what is pending, not the history. 
 exported as Unix timestamps in seconds (Prometheus's advice: export when something happened,
 not how long ago): the age of the oldest pending transaction is
 ``time() - halfmoon_pending_oldest_timestamp_seconds``.
+
+While the database does not answer, a scrape still answers 200: the families read from it are
+left out, and the process's own ``halfmoon_database_up`` (0) and
+``halfmoon_database_unavailable_responses_total`` (``broker.plumbing.database_status``) say why.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -24,6 +29,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
 from broker.models import now_ms
+from broker.plumbing.database_status import (
+    DATABASE_UNAVAILABLE_ERRORS,
+    DATABASE_UNAVAILABLE_RESPONSES,
+    DATABASE_UP,
+)
 from broker.selectors.metrics import (
     EventCounts,
     event_counts,
@@ -35,14 +45,35 @@ from broker.selectors.reachability import GroupReachability, producer_group_reac
 from broker.selectors.topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 
+logger = logging.getLogger("halfmoon.metrics")
+
 
 class BrokerCollector(Collector):
     """rocketmq_half_messages, rocketmq_commit_messages_total, rocketmq_rollback_messages_total,
     rocketmq_finish_message_latency (RIP-46), and halfmoon_checks_total{outcome},
     halfmoon_discarded_total{reason}, halfmoon_operator_actions_total{kind}; then the alerting
-    families of ``AlertingCollector``."""
+    families of ``alerting_families``; then ``halfmoon_database_up``, 1 when they were read, 0
+    (and none of them) when the database did not answer."""
 
     def collect(self) -> Iterator[object]:
+        try:
+            # Read whole before the first is yielded: a scrape never serves half of them.
+            families = list(self.database_families())
+        except DATABASE_UNAVAILABLE_ERRORS as exc:
+            logger.warning(
+                "/metrics without the database's figures: %s: %s",
+                type(exc).__name__,
+                str(exc).strip() or "-",
+            )
+            families = []
+            DATABASE_UP.set(0)
+        else:
+            DATABASE_UP.set(1)
+        yield from families
+        yield from DATABASE_UP.collect()
+
+    def database_families(self) -> Iterator[object]:
+        """Every family read from the database (the rollup folded first)."""
         metrics_fold()
         groups = producer_group_reachability()
         events = event_counts(producer_groups=[g.name for g in groups])
@@ -242,3 +273,4 @@ def _family(
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(BrokerCollector())
+REGISTRY.register(DATABASE_UNAVAILABLE_RESPONSES)

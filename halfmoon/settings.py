@@ -9,12 +9,12 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from broker.pipeline import DRIVER_MEMORY_DEFAULT
 from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
 from halfmoon.broker_settings import BROKER_SETTINGS
+from halfmoon.database_url import database_settings
 from halfmoon.embedded import DATABASE as EMBEDDED_DATABASE
 from halfmoon.embedded import POSTGRES_PORT_DEFAULT as EMBEDDED_POSTGRES_PORT_DEFAULT
 from halfmoon.env import env_bool, env_int, env_str
@@ -148,15 +148,9 @@ DATABASE_URL = env_str(
     "DATABASE_URL",
     f"postgres://postgres@127.0.0.1:{HALFMOON_EMBEDDED_POSTGRES_PORT}/{EMBEDDED_DATABASE}",
 )
-_scheme = DATABASE_URL.partition("://")[0] if "://" in DATABASE_URL else ""
-if _scheme not in ("postgres", "postgresql", "pgsql"):
-    raise ImproperlyConfigured(
-        f"DATABASE_URL must be a PostgreSQL URL (postgres://user:password@host:5432/name), not "
-        f"{_scheme + '://' if _scheme else repr(DATABASE_URL)}: Halfmoon runs on PostgreSQL only. "
-        "Leave DATABASE_URL unset for bin/run's embedded server; data kept in SQLite moves "
-        'as README\'s "Moving from the SQLite default" says.'
-    )
-_db = dj_database_url.parse(DATABASE_URL)
+# Several hosts (a high-availability formation: docs/operations.md "High availability") are
+# libpq's: postgres://user@a:5432,b:5432/halfmoon?target_session_attrs=read-write.
+_db = database_settings(DATABASE_URL)
 _db["CONN_MAX_AGE"] = 0
 # A database that is away fails fast instead of hanging a request: libpq's connect_timeout
 # bounds each connection attempt (a host that never answers), the pool's timeout a request's
@@ -165,6 +159,19 @@ _db["CONN_MAX_AGE"] = 0
 _db.setdefault("OPTIONS", {}).setdefault(
     "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
 )
+# A database machine that vanishes without a word (no TCP reset: lost power, a cut link) is
+# noticed within about 25 s even by a connection waiting for a result (TCP keepalives: idle
+# 10 s, then 3 probes 5 s apart), and data it never acknowledges fails a statement after 10 s
+# (tcp_user_timeout, ms), instead of the kernel's 15 minutes: the pool then connects to the
+# promoted standby (docs/operations.md "High availability").
+for _name, _value in (
+    ("keepalives", 1),
+    ("keepalives_idle", 10),
+    ("keepalives_interval", 5),
+    ("keepalives_count", 3),
+    ("tcp_user_timeout", 10_000),
+):
+    _db["OPTIONS"].setdefault(_name, _value)
 # A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
 # (psycopg's prepare_threshold). Only the broker's set-based statements bind their parameters
 # server-side, and so get prepared (broker.services.sql.statement_cursor): PostgreSQL plans
@@ -182,6 +189,11 @@ elif env_bool("HALFMOON_DB_POOL", True):
         "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
         "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
         "timeout": env_int("HALFMOON_DB_POOL_TIMEOUT", 5, minimum=1),
+        # A connection the pool failed to replace is retried with backoff (1 s, 2 s, ...) for
+        # this long, then given up: the next request that needs one connects at once. Short,
+        # so that after a failover the pool reaches the promoted primary within a few seconds
+        # instead of sleeping through psycopg_pool's default of 300 s of backoff.
+        "reconnect_timeout": env_int("HALFMOON_DB_POOL_RECONNECT_TIMEOUT", 5, minimum=1),
     }
 _db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
 DATABASES = {"default": _db}

@@ -21,21 +21,22 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from broker.errors import HalfmoonError
+from broker.plumbing.database_status import (
+    DATABASE_UNAVAILABLE_ERRORS,
+    DATABASE_UNAVAILABLE_RESPONSES,
+)
 from halfmoon.request_id import REQUEST_ID_HEADER, request_id
 
 logger = logging.getLogger("halfmoon.api")
 
 # Retry-After of the 503 answered while the database is unreachable, in seconds.
 DATABASE_RETRY_AFTER_S = 5
-
-DATABASE_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 _DRF_CODES: dict[type[exceptions.APIException], tuple[str, str]] = {
     exceptions.ParseError: ("malformed_request", "The request body is not valid JSON."),
@@ -128,13 +129,17 @@ def not_found_view(request: HttpRequest, exception: Exception | None = None) -> 
 def database_unavailable(request: Any, exc: BaseException) -> tuple[dict[str, Any], dict[str, str]]:
     """The 503 answered while the database is unreachable: its body (code
     ``service_unavailable``, ``details.request_id``) and headers (``Retry-After`` in seconds,
-    ``X-Request-ID``). Logs one ``halfmoon.api`` warning naming the request id and the error.
+    ``X-Request-ID``). Logs one ``halfmoon.api`` warning naming the request id and the error,
+    and counts the answer in ``halfmoon_database_unavailable_responses_total``
+    (``broker.plumbing.database_status``); the console's HTML 503 (``halfmoon.errors``) comes
+    through here too.
 
     Args:
         request: the Django or DRF request.
         exc: the ``OperationalError`` / ``InterfaceError`` raised.
     """
     rid = request_id(request)
+    DATABASE_UNAVAILABLE_RESPONSES.inc()
     logger.warning(
         "Database unavailable on %s %s: %s: %s (request_id=%s)",
         request.method,

@@ -82,5 +82,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @get_only
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format."""
+    """Prometheus text format; 200 while the database is away too, without the families read
+    from it and with ``halfmoon_database_up`` 0 (``broker.metrics``)."""
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

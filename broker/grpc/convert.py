@@ -27,6 +27,7 @@ from broker.errors import (
     Unauthorized,
 )
 from broker.models import ClientConnection, Message
+from broker.plumbing.database_status import DATABASE_UNAVAILABLE_ERRORS
 
 logger = logging.getLogger("halfmoon.grpc")
 
@@ -69,8 +70,13 @@ _CLASSES: tuple[tuple[type[HalfmoonError], int], ...] = (
 def error_status(exc: BaseException, *, call: str = "") -> pb.Status:
     """The ``Status`` answering ``exc``: a ``broker.errors`` error by its code, else by its
     class (``_CODES``, ``_CLASSES``; 5xx errors INTERNAL_SERVER_ERROR), its message kept;
-    anything else INTERNAL_ERROR, logged with its traceback on ``halfmoon.grpc`` (``call``
-    names the gRPC call in the log line)."""
+    the database unreachable (``DATABASE_UNAVAILABLE_ERRORS``: stopped, or no primary during a
+    failover) HA_NOT_AVAILABLE, which RocketMQ's clients retry, logged as a warning without a
+    traceback; anything else INTERNAL_ERROR, logged with its traceback on ``halfmoon.grpc``
+    (``call`` names the gRPC call in the log line)."""
+    if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS):
+        logger.warning("gRPC %s: the database does not answer: %s", call or "call", exc)
+        return status(Code.HA_NOT_AVAILABLE, "The database does not answer; retry shortly.")
     if isinstance(exc, HalfmoonError):
         code = _CODES.get(exc.code)
         if code is None and isinstance(exc, InvalidInput):

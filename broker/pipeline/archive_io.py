@@ -6,10 +6,15 @@ is written), then an older copy at the target, if any, is deleted and the new on
 place. A reader lists a table's directory, which holds only renamed, complete segments; a crash
 at any step leaves at most a ``_tmp`` directory (cleaned by the next export) or no segment at
 the target, which the next export, whose watermark did not advance, writes again.
+
+Once every table of a segment is in place, its manifest (``broker.rules.archive_manifest``) is
+written under ``_tmp`` and renamed to ``{uri}/_segments/{start_ms}.json``: a segment with a
+manifest is whole, and a database whose watermark is behind it adopts it instead of writing it.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,11 +26,17 @@ from broker.pipeline.schema import (
     TMP_DIR,
     archive_root,
     ddl,
+    manifest_dir,
+    manifest_path,
+    manifest_tmp_path,
     segment_path,
     segment_tmp_path,
     table_path,
 )
 from broker.pipeline.spark import HadoopFiles
+from broker.rules.archive_manifest import SegmentManifest, manifest_format, manifest_parse
+
+logger = logging.getLogger("halfmoon.archive")
 
 
 def segment_write(
@@ -61,6 +72,40 @@ def tmp_clean(spark: SparkSession, uri: str) -> bool:
     """Delete what crashed exports left under ``{uri}/_tmp`` (call only when no export runs:
     the export holds the archive lease). Returns whether anything was there."""
     return HadoopFiles(spark).delete(f"{archive_root(uri)}/{TMP_DIR}")
+
+
+def manifest_write(spark: SparkSession, manifest: SegmentManifest, *, uri: str) -> str:
+    """Write the manifest of a segment whose every table is in place: under ``_tmp``, then
+    renamed to ``{uri}/_segments/{start_ms}.json``, replacing an earlier one. Returns its path.
+
+    Raises:
+        OSError: the file system refused the rename.
+    """
+    fs = HadoopFiles(spark)
+    tmp = manifest_tmp_path(uri, manifest.start_ms, secrets.token_hex(6))
+    target = manifest_path(uri, manifest.start_ms)
+    fs.write_text(tmp, manifest_format(manifest))
+    if fs.exists(target):
+        fs.delete(target)
+    fs.rename(tmp, target)
+    return target
+
+
+def manifests_read(spark: SparkSession, *, uri: str, from_ms: int) -> list[SegmentManifest]:
+    """The manifests of the segments starting at or after ``from_ms`` (ms), in time order. A
+    file that does not parse is logged and skipped (its segment is then written again)."""
+    fs = HadoopFiles(spark)
+    out = []
+    for path in fs.list_files(manifest_dir(uri)):
+        name = path.rsplit("/", 1)[-1]
+        stem = name.removesuffix(".json")
+        if not name.endswith(".json") or not stem.isdigit() or int(stem) < from_ms:
+            continue
+        try:
+            out.append(manifest_parse(fs.read_text(path)))
+        except ValueError as exc:
+            logger.warning("archive manifest %s skipped: %s", path, exc)
+    return sorted(out, key=lambda m: m.start_ms)
 
 
 def empty_frame(spark: SparkSession, table: str) -> DataFrame:

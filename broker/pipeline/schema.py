@@ -5,6 +5,7 @@ Layout under HALFMOON_ARCHIVE_URI::
 
     {uri}/{table}/date=YYYY-MM-DD/hour=HH/segment={start_ms}/part-*.parquet   (+ _SUCCESS)
     {uri}/_tmp/{table}/segment={start_ms}-{token}/                          (being written)
+    {uri}/_segments/{start_ms}.json                  (a segment's manifest, once it is in place)
     {uri}/reconciliation/run={id}/{facts,anomalies,buckets,analytics}/       (job output)
 
 A segment is a closed time range ``[start_ms, start_ms + HALFMOON_ARCHIVE_SEGMENT_MS)`` of each
@@ -100,6 +101,7 @@ SORT_COLUMNS: dict[str, tuple[str, ...]] = {
 
 PARTITION_COLUMNS = ("date", "hour", "segment")
 TMP_DIR = "_tmp"
+MANIFEST_DIR = "_segments"
 RECONCILIATION_DIR = "reconciliation"
 
 
@@ -138,6 +140,22 @@ def segment_tmp_path(uri: str, table: str, start_ms: int, token: str) -> str:
     """Where a segment is written before it is renamed into place (``token``: one attempt's
     random name, so two attempts never share a directory)."""
     return f"{archive_root(uri)}/{TMP_DIR}/{table}/segment={start_ms}-{token}"
+
+
+def manifest_dir(uri: str) -> str:
+    """``{uri}/_segments``: where the segments' manifests lie (``broker.rules.archive_manifest``)."""
+    return f"{archive_root(uri)}/{MANIFEST_DIR}"
+
+
+def manifest_path(uri: str, start_ms: int) -> str:
+    """``{uri}/_segments/{start_ms}.json``: the manifest of the segment starting at
+    ``start_ms``, written once its every table is in place."""
+    return f"{manifest_dir(uri)}/{start_ms}.json"
+
+
+def manifest_tmp_path(uri: str, start_ms: int, token: str) -> str:
+    """Where a manifest is written before it is renamed into place."""
+    return f"{archive_root(uri)}/{TMP_DIR}/{MANIFEST_DIR}/{start_ms}-{token}.json"
 
 
 def run_output_path(uri: str, run_id: int | str, part: str) -> str:

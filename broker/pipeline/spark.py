@@ -117,7 +117,7 @@ class HadoopFiles:
     """Hadoop FileSystem calls on paths of any scheme Spark can reach, through the session's
     JVM: ``exists``, ``delete`` (recursive), ``rename`` (atomic on HDFS and local files; on S3
     a copy of each file, in no set order: readers read only below the archive's watermark),
-    ``mkdirs``, ``touch`` and ``list_dirs``."""
+    ``mkdirs``, ``touch``, ``list_dirs``, ``list_files``, ``write_text`` and ``read_text``."""
 
     def __init__(self, spark: SparkSession) -> None:
         jvm = spark.sparkContext._jvm
@@ -166,6 +166,37 @@ class HadoopFiles:
             for status in self._fs(path).listStatus(self._path(path))
             if status.isDirectory()
         ]
+
+    def list_files(self, path: str) -> list[str]:
+        """The full paths of the files directly under ``path`` ([] when it is missing)."""
+        if not self.exists(path):
+            return []
+        return [
+            status.getPath().toString()
+            for status in self._fs(path).listStatus(self._path(path))
+            if status.isFile()
+        ]
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write ``text`` (UTF-8) as the file ``path``, replacing any (on S3 the object appears
+        whole when the stream closes)."""
+        stream = self._fs(path).create(self._path(path), True)
+        try:
+            stream.write(bytearray(text.encode()))
+        finally:
+            stream.close()
+
+    def read_text(self, path: str) -> str:
+        """The file ``path`` as UTF-8 text.
+
+        Raises:
+            Py4JJavaError: it does not exist or cannot be read.
+        """
+        stream = self._fs(path).open(self._path(path))
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,17 +98,25 @@ class ConsoleBroker:
 
 @contextmanager
 def console_broker(
-    tmp: Path, label: str, *, users: Sequence[Sequence[str]] = (), settings: dict | None = None
+    tmp: Path,
+    label: str,
+    *,
+    users: Sequence[Sequence[str]] = (),
+    settings: dict | None = None,
+    database_url: str | None = None,
 ) -> Iterator[ConsoleBroker]:
     """A broker started for one test module (see the module docstring); ``users`` are the
     argument lists of ``create_console_user`` (e.g. ``("ann", "--role", "viewer",
-    "--password", "pw")``), ``settings`` extra environment. Its database is named after
-    ``HALFMOON_TEST_DATABASE`` and ``label``; its Redis db is ``REDIS_URL``'s, emptied first."""
+    "--password", "pw")``), ``settings`` extra environment. Its database is ``database_url``
+    (an empty database, e.g. on a ``tests.e2e.services.PrivatePostgres`` the test stops and
+    starts) or else one on the tests' server named after ``HALFMOON_TEST_DATABASE`` and
+    ``label``; its Redis db is ``REDIS_URL``'s, emptied first."""
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + f"_{label}"
-    with pg_database(name) as database_url:
+    given = nullcontext(database_url) if database_url else None
+    with given or pg_database(name) as database_url:
         env = broker_env(
             database_url=database_url, redis_url=redis_url, var_dir=tmp / "var", settings=settings
         )

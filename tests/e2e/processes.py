@@ -15,6 +15,7 @@ a Redis database of the test's own.
   stopped with Ctrl-C.
 - ``program_of`` / ``main_processes``: the quick start's programs (web, worker, beat,
   pipeline) found in a process tree by their command lines.
+- ``chaos_run``: ``bench/chaos.py`` run to its last line, the figures read off it.
 - ``chromium_launch``: Debian's Chromium (``/usr/bin/chromium``) driven by Playwright, which
   never downloads a browser of its own; ``console_sign_in``: the console's sign-in form.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -493,3 +495,30 @@ def spark_standalone_cluster(directory: Path, *, workers: int = 2) -> Iterator[s
         yield f"spark://127.0.0.1:{port}"
     finally:
         subprocess.run([str(script), "stop"], cwd=ROOT, env=env, timeout=60, check=False)
+
+
+CHAOS_LAST_LINE = re.compile(
+    r"^rounds=(?P<rounds>\d+) acked=(?P<acked>\d+) lost=(?P<lost>\d+) doubled=(?P<doubled>\d+) "
+    r"rebuild_diffs=(?P<rebuild_diffs>\d+) api_5xx=(?P<api_5xx>\d+)"
+    r"(?: failover_p50_s=(?P<failover_p50_s>[\d.]+) failover_max_s=(?P<failover_max_s>[\d.]+))?$"
+)
+
+
+def chaos_run(directory: Path, *args: str) -> tuple[dict[str, float], int, str]:
+    """Run ``bench/chaos.py *args --dir <directory>/chaos`` (at most 20 minutes); returns the
+    figures of its last line (``CHAOS_LAST_LINE``: rounds, acked, lost, ... and, with
+    ``--failover``, failover_p50_s and failover_max_s), its exit status and the tail of its
+    output for an assertion's message.
+
+    Raises:
+        AssertionError: it printed no such last line."""
+    done = subprocess.run(
+        [sys.executable, "bench/chaos.py", *args, "--dir", str(directory / "chaos")],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    output = done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    found = CHAOS_LAST_LINE.match(lines[-1]) if lines else None
+    assert found, output
+    figures = {name: float(value) for name, value in found.groupdict().items() if value}
+    return figures, done.returncode, output

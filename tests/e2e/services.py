@@ -3,7 +3,10 @@ them (``tests/e2e/test_service_faults.py``, ``bench/chaos.py``) touches nothing 
 machine.
 
 - ``PrivatePostgres``: a cluster made by ``initdb`` under the system's temporary directory,
-  trust auth, on a port of its own; ``start``, ``stop``, ``remove``.
+  trust auth, on a port of its own; ``start``, ``stop``, ``remove``; ``run_as_owner``,
+  ``configure`` (lines of ``postgresql.conf``), ``base_backup`` (``pg_basebackup``) and
+  ``data_from`` (a cluster started from a base backup, for a point-in-time restore:
+  ``tests/e2e/backups.py``).
 - ``RedisServer``: ``redis-server`` on a port of its own, nothing kept on disk; ``start``,
   ``stop``.
 - ``pg_bin``: where Debian keeps ``initdb`` and ``pg_ctl`` (None when they are missing).
@@ -131,6 +134,43 @@ class PrivatePostgres:
         """Stop the server (fast shutdown: open sessions are ended); nothing when stopped."""
         with suppress(subprocess.CalledProcessError):
             self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def run_as_owner(self, *args: str) -> None:
+        """Run a command as the cluster's owner (``postgres`` when this runs as root), in
+        ``/tmp``, at most 120 s.
+
+        Raises:
+            subprocess.CalledProcessError: it exited non-zero.
+        """
+        self._run(*args)
+
+    def configure(self, settings: dict[str, str]) -> None:
+        """Append ``name = 'value'`` lines to the cluster's ``postgresql.conf`` (a later line
+        wins); they apply at the next ``start``. Quotes in a value are doubled."""
+        lines = "".join(
+            f"{name} = '{value.replace(chr(39), chr(39) * 2)}'\n"
+            for name, value in settings.items()
+        )
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(lines)
+
+    def base_backup(self, target: Path) -> None:
+        """``pg_basebackup`` of the running cluster into ``target`` (a new directory the owner
+        can write, e.g. under ``directory``): plain format, the WAL it needs streamed with it
+        (``-X stream``), a fast checkpoint first.
+
+        Raises:
+            subprocess.CalledProcessError: the backup failed.
+        """
+        self._run(
+            str(self.bin / "pg_basebackup"), "-D", str(target), "-X", "stream", "-c", "fast",
+            "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "--no-password",
+        )  # fmt: skip
+
+    def data_from(self, backup: Path) -> None:
+        """Make this (not initialised) cluster's data directory a copy of the base backup
+        ``backup``, owned by the cluster's owner."""
+        self._run("cp", "-a", str(backup), str(self.data))
 
     def create_database(self, name: str) -> str:
         """Create database ``name``; returns its ``postgres://`` URL."""

@@ -10,6 +10,7 @@ import uuid
 
 import grpc
 import pytest
+from django.db import InterfaceError, OperationalError
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -535,3 +536,13 @@ def test_a_key_may_not_send_for_another_group(grpc_server, stub, topic):
     with pytest.raises(Exception) as refused:
         grpc_producer_group_resolve(caller=caller_of_key(key), topic=topic)
     assert error_status(refused.value).code == Code.FORBIDDEN
+
+
+@pytest.mark.parametrize("error", [OperationalError, InterfaceError])
+def test_a_database_that_does_not_answer_is_ha_not_available_which_clients_retry(error):
+    from broker.grpc.convert import error_status
+
+    answer = error_status(error("connection failed: no primary"), call="SendMessage")
+
+    assert answer.code == Code.HA_NOT_AVAILABLE
+    assert "database" in answer.message

@@ -3,6 +3,7 @@ what an unexpected error answers and logs (``pytest.mark.urls``)."""
 
 from __future__ import annotations
 
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from rest_framework.request import Request
@@ -27,7 +28,15 @@ def failing_view(request: HttpRequest) -> HttpResponse:
     raise KeyError("an unexpected failure outside DRF")
 
 
+def database_view(request: HttpRequest) -> HttpResponse:
+    """A plain Django view (no DRF) that reads the database."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return HttpResponse("read")
+
+
 urlpatterns = [
+    path("test-database", database_view),
     path("api/v1/test-failing", FailingAPIView.as_view()),
     path("api/v1/test-failing-plain", failing_view),
     path("console/test-failing/", failing_view),

@@ -2,29 +2,25 @@
 contract's body whose ``details.request_id`` names the log line with its traceback; an
 unreachable database is a 503 ``service_unavailable`` with Retry-After, fast, never a 500.
 
-The database is made unreachable for real: the ``default`` connection is replaced, for the
-duration of a block, by one to a closed port (connection refused) or to a server that accepts
-and never answers (the connect timeout), then restored.
+The database is made unreachable for real (``tests.database_away``): the ``default``
+connection is replaced, for the duration of a block, by one to a closed port (connection
+refused) or to a server that accepts and never answers (the connect timeout), then restored.
 """
 
 from __future__ import annotations
 
-import copy
 import io
 import logging
 import re
-import socket
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from django.db import connections
 from django.test import Client
 
 from tests.api_helpers import assert_error
 from tests.conftest import client_for
+from tests.database_away import closed_port, database_at, silent_server
 
 HEX_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -108,51 +104,6 @@ def test_logging_sends_request_errors_and_the_halfmoon_logger_to_stderr(settings
 # --- The database away: 503 service_unavailable, fast ----------------------------------------
 
 
-def closed_port() -> int:
-    """A local port nothing listens on: connecting is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextmanager
-def silent_server() -> Iterator[int]:
-    """A local port that accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(16)
-        yield server.getsockname()[1]
-
-
-@contextmanager
-def database_at(
-    port: int, *, pool_timeout: int | None = None, connect_timeout: int | None = None
-) -> Iterator[None]:
-    """Within the block, the ``default`` connection goes to 127.0.0.1:``port`` with the
-    project's own options (``connect_timeout`` from settings unless given), through a pool of
-    its own when ``pool_timeout`` is given; the real connection is restored after."""
-    real = connections["default"]
-    settings_dict = copy.deepcopy(real.settings_dict)
-    settings_dict.update(HOST="127.0.0.1", PORT=str(port))
-    options = settings_dict["OPTIONS"]
-    if connect_timeout is not None:
-        options["connect_timeout"] = connect_timeout
-    if pool_timeout is None:
-        options.pop("pool", None)
-    else:
-        options["pool"] = {**options.get("pool", {}), "timeout": pool_timeout}
-    # An alias of its own: the pools are kept per alias for the process.
-    away = real.__class__(settings_dict, alias=f"away-{uuid.uuid4().hex[:8]}")
-    connections["default"] = away
-    try:
-        yield
-    finally:
-        connections["default"] = real
-        away.close()
-        if pool_timeout is not None:
-            away.close_pool()
-
-
 def assert_unavailable(response, server_log: io.StringIO) -> None:
     error = assert_error(response, 503, "service_unavailable")
     request_id = error["details"]["request_id"]
@@ -187,13 +138,14 @@ def test_an_access_key_that_cannot_be_looked_up_is_a_503_not_a_401(server_log):
 
 
 @pytest.mark.django_db
+@pytest.mark.urls("tests.halfmoon.failing_urls")
 def test_outside_drf_views_the_database_away_is_a_503_too(server_log):
-    """/metrics is a plain Django view reading the database: its error reaches handler500."""
+    """A plain Django view reading the database: its error reaches handler500."""
     with database_at(closed_port()):
-        response = lenient_client().get("/metrics")
+        response = lenient_client().get("/test-database")
 
     assert_unavailable(response, server_log)
-    assert "Service Unavailable: /metrics" in server_log.getvalue()
+    assert "Service Unavailable: /test-database" in server_log.getvalue()
 
 
 @pytest.mark.django_db

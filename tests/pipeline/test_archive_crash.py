@@ -64,7 +64,15 @@ elif point == "table_renamed":  # a table's segment is in place, the next table'
         return out
 
     archive_io.segment_write = killing_write
-elif point == "segment_renamed":  # every table of a segment in place, the watermark not moved
+elif point == "segment_renamed":  # every table of a segment in place, no manifest yet
+    write_manifest = archive_io.manifest_write
+
+    def killing_manifest(*args, **kwargs):
+        hit()
+        return write_manifest(*args, **kwargs)
+
+    archive_io.manifest_write = killing_manifest
+elif point == "manifest_written":  # the segment and its manifest in place, the watermark not moved
     commit = export._segment_commit
 
     def killing_commit(**kwargs):
@@ -99,6 +107,20 @@ def _watermark() -> int:
 
 def _tmp_files(uri: str) -> list[Path]:
     return [p for p in (Path(uri) / "_tmp").rglob("*") if p.is_file()]
+
+
+def _manifests(uri: str) -> set[int]:
+    """The starts of the segments whose manifest is in place."""
+    return {int(p.stem) for p in (Path(uri) / "_segments").glob("*.json")}
+
+
+def _files(uri: str) -> dict[str, int]:
+    """Every file in place (not under ``_tmp``) and its modification time (ns)."""
+    return {
+        str(p.relative_to(uri)): p.stat().st_mtime_ns
+        for p in Path(uri).rglob("*")
+        if p.is_file() and not str(p.relative_to(uri)).startswith("_tmp/")
+    }
 
 
 def _segments(uri: str) -> set[str]:
@@ -148,19 +170,37 @@ def test_an_export_killed_anywhere_and_run_again_gives_the_same_archive(spark, s
     assert _watermark() == 0
     _lease_expire()
 
-    # 3. Killed with the second segment in place but not recorded.
+    # 3. Killed with the second segment in place but neither its manifest written nor it
+    # recorded: the next run writes it again.
     _export_killed(env, "segment_renamed", 2, now)
     first = ArchiveSegment.objects.get()
     assert _watermark() == first.end_timestamp
     second = first.end_timestamp  # the next segment with rows starts at or after it
     assert len(_segments(crashed)) > len(ARCHIVE_TABLES)
+    assert _manifests(crashed) == {first.start_timestamp}
+    _lease_expire()
+
+    # 3b. Killed with the second segment (written again) and its manifest in place, not
+    # recorded: the next run adopts it rather than writing it a third time.
+    _export_killed(env, "manifest_written", 1, now)
+    assert _watermark() == first.end_timestamp
+    (adoptable,) = _manifests(crashed) - {first.start_timestamp}
+    assert adoptable >= second
     _lease_expire()
 
     # 4. Run again here to the end.
+    files = _files(crashed)
     result = archive_export(now_ms=now, prune=False)
-    assert result.segments >= 1
+    assert result.adopted == 1
     assert min(s.start_timestamp for s in ArchiveSegment.objects.all()) == first.start_timestamp
-    assert ArchiveSegment.objects.filter(start_timestamp__gte=second).count() == result.segments
+    assert ArchiveSegment.objects.filter(start_timestamp__gte=second).count() == (
+        result.segments + 1
+    )
+    adopted = ArchiveSegment.objects.get(start_timestamp=adoptable)
+    assert sum(adopted.rows.values()) > 0
+    for path, mtime in files.items():  # the adopted segment was not written again
+        if f"segment={adoptable}/" in path:
+            assert _files(crashed)[path] == mtime
     limit = closed_until(now_ms=now, segment_ms=600_000, lag_ms=60_000)
     assert _watermark() == limit
     assert not _tmp_files(crashed)
@@ -172,6 +212,11 @@ def test_an_export_killed_anywhere_and_run_again_gives_the_same_archive(spark, s
     assert archive_export(now_ms=now, prune=False).segments == ArchiveSegment.objects.count()
 
     assert _segments(crashed) == _segments(whole)
+    assert (
+        _manifests(crashed)
+        == _manifests(whole)
+        == {s.start_timestamp for s in ArchiveSegment.objects.all()}
+    )
     crashed_rows, whole_rows = archive_rows(spark, crashed), archive_rows(spark, whole)
     for table in ARCHIVE_TABLES:
         assert crashed_rows[table] == whole_rows[table], table

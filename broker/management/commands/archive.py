@@ -45,6 +45,11 @@ class Command(BaseCommand):
         write(f"segments written: {result.segments}")
         for table, rows in result.rows.items():
             write(f"  {table}: {rows}")
+        if result.adopted:
+            write(
+                f"segments adopted: {result.adopted} (already in the archive; see "
+                'docs/operations.md "Backups")'
+            )
         write(f"archived until: {iso_utc(result.archived_until_ms)} ({result.archived_until_ms})")
         if options["no_prune"]:
             return
