@@ -9,13 +9,18 @@
    ``VisConsumers`` and ``IdleConsumers`` and an admin access key.
 2. Serves the broker as the quick start does (2 web processes, ``python -m halfmoon.web``,
    PostgreSQL, Redis DB 10 flushed first). No Celery: nothing here needs a back-check.
-3. Latency: a background load of ``--load-tps`` transactions/s (half message + commit) on
+3. Calibration: what this machine sustains through the broker. ``--calibrate-producers``
+   producers send transactions (half message + commit) on BenchTopic back to back for
+   ``--calibrate-s`` seconds (after 2 s uncounted): ``capacity_tx_per_s``. The background load
+   below is ``--load-fraction`` of it (25%), so it takes the same share of a slow machine as of
+   a fast one (``--load-tps`` sets it in transactions/s instead).
+4. Latency: a background load of that many transactions/s (half message + commit) on
    BenchTopic; ``--consumers`` consumers long-poll VisTopic (``wait_ms`` 20000, acking what they
    get); one producer commits ``--commits`` transactions on VisTopic, one after the other at
    most ``--rate`` per second. Latency of one message: from the commit's 200 answer reaching the
    producer to the receive answer carrying it reaching its consumer (both in this process, one
    monotonic clock; negative when the consumer had it before the producer had its answer).
-4. Waiters: ``--waiters`` receives long-poll IdleTopic (``wait_ms`` ``--waiter-wait-ms``), all
+5. Waiters: ``--waiters`` receives long-poll IdleTopic (``wait_ms`` ``--waiter-wait-ms``), all
    at once (or sent evenly over ``--waiter-ramp-s``), from clients of ``WAITERS_PER_CLIENT``
    connections each, while the background load goes on; 2 s after the last is sent, /healthz
    is sampled every 20 ms until half of them have answered, and the web processes' thread
@@ -29,9 +34,10 @@ top of the same request costs. The ratio printed is against that computed figure
 
 The last line is::
 
-    p50_ms=<n> p99_ms=<n> healthz_p99_ms=<n> waiters=<n>
+    p50_ms=<n> p99_ms=<n> healthz_p99_ms=<n> waiters=<n> load_fraction=<f> capacity_tx_per_s=<n>
 
-Goals: p99_ms < 20, healthz_p99_ms < 50 with 500 waiters. See bench/README.md.
+(``load_fraction`` is ``-`` when ``--load-tps`` set the load.) Goals: p99_ms < 20,
+healthz_p99_ms < 50 with 500 waiters at 25% of the measured capacity. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ CONSUMER_WAIT_MS = 20_000
 FALLBACK_RECHECK_MS = 100.0  # the polling the wake-ups replaced (polling.POLL_SLEEP_S, 0.1 s)
 GOAL_P99_MS, GOAL_HEALTHZ_P99_MS = 20.0, 50.0
 LOAD_MAX_IN_FLIGHT = 16  # background transactions under way at most (then ticks are skipped)
+CALIBRATE_WARMUP_S = 2.0  # uncounted start of the calibration
 WAITERS_PER_CLIENT = 25  # connections per httpx client of the waiters (measure_waiters)
 WAITER_SLACK_S = 1.0  # a waiter answering later than wait_ms + this is counted late
 
@@ -166,6 +173,42 @@ async def background_load(run_: Run, tps: float) -> None:
         next_at += interval
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def calibrate(client: httpx.AsyncClient, *, producers: int, seconds: float) -> float:
+    """What the broker sustains: ``producers`` producers committing transactions on LOAD_TOPIC
+    back to back (each waits for its answers) for ``CALIBRATE_WARMUP_S`` uncounted, then
+    ``seconds``; returns the committed transactions per second of the measured part.
+
+    Raises:
+        RuntimeError: no transaction was committed, or one in ten failed."""
+    run_ = Run(client)
+    counting = asyncio.Event()
+    counted = 0
+
+    async def producer() -> None:
+        nonlocal counted
+        while not run_.stop.is_set():
+            if await transaction_commit(run_, LOAD_TOPIC, {}) and counting.is_set():
+                counted += 1
+
+    tasks = [asyncio.create_task(producer()) for _ in range(producers)]
+    await asyncio.sleep(CALIBRATE_WARMUP_S)
+    counting.set()
+    began = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - began
+    capacity = counted / elapsed
+    run_.stop.set()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if not counted or len(run_.errors) * 10 > counted:
+        raise RuntimeError(f"calibration: {counted} committed, errors {run_.errors[:5]}")
+    print(
+        f"calibration: {producers} producers back to back for {elapsed:.1f} s: {counted} tx, "
+        f"capacity {capacity:.1f} tx/s",
+        flush=True,
+    )
+    return capacity
 
 
 async def consumer(run_: Run) -> None:
@@ -334,12 +377,25 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
         httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=30) as client,
         httpx.AsyncClient(base_url=base, timeout=10) as health,
     ):
+        capacity = await calibrate(
+            client, producers=args.calibrate_producers, seconds=args.calibrate_s
+        )
+        load_tps = args.load_tps or args.load_fraction * capacity
+        print(
+            f"background load: {load_tps:.1f} tx/s "
+            + (
+                "(--load-tps)"
+                if args.load_tps
+                else f"({args.load_fraction:g} of {capacity:.1f} tx/s measured)"
+            ),
+            flush=True,
+        )
         latencies, _ = await measure_latency(
             client,
             commits=args.commits,
             rate=args.rate,
             consumers=args.consumers,
-            load_tps=args.load_tps,
+            load_tps=load_tps,
         )
         samples, failed, threads, answered = await measure_waiters(
             client,
@@ -347,7 +403,7 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
             waiters=args.waiters,
             wait_ms=args.waiter_wait_ms,
             ramp_s=args.waiter_ramp_s,
-            load_tps=args.load_tps,
+            load_tps=load_tps,
             master=master,
         )
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
@@ -377,8 +433,10 @@ async def bench(port: int, token: str, args: argparse.Namespace, master: int) ->
         f"goals p99 < {GOAL_P99_MS:g} ms, healthz p99 < {GOAL_HEALTHZ_P99_MS:g} ms, every waiter "
         f"on time: {'met' if met else 'MISSED'}"
     )
+    fraction = "-" if args.load_tps else f"{args.load_fraction:g}"
     print(
-        f"p50_ms={p50:.1f} p99_ms={p99:.1f} healthz_p99_ms={healthz_p99:.1f} waiters={args.waiters}"
+        f"p50_ms={p50:.1f} p99_ms={p99:.1f} healthz_p99_ms={healthz_p99:.1f} "
+        f"waiters={args.waiters} load_fraction={fraction} capacity_tx_per_s={capacity:.1f}"
     )
     return 0 if latencies and failed == 0 else 1
 
@@ -389,14 +447,29 @@ def main(argv: list[str] | None = None) -> int:
         description="Commit-to-receive latency of long-polling consumers, and /healthz under "
         "hundreds of waiting receives. DATABASE_URL names the server and the database (DROPPED "
         "and recreated; default halfmoon_visibility_bench).",
-        epilog="Last line: p50_ms=<n> p99_ms=<n> healthz_p99_ms=<n> waiters=<n>. "
+        epilog="Last line: p50_ms=<n> p99_ms=<n> healthz_p99_ms=<n> waiters=<n> "
+        "load_fraction=<f> capacity_tx_per_s=<n>. "
         "See bench/README.md.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--commits", type=int, default=2000, help="measured commits")
     parser.add_argument("--rate", type=float, default=40, help="measured commits/s at most")
     parser.add_argument("--consumers", type=int, default=8, help="long-polling consumers")
-    parser.add_argument("--load-tps", type=float, default=50, help="background tx/s")
+    parser.add_argument(
+        "--load-fraction", type=float, default=0.25,
+        help="background load as a fraction of the measured capacity",
+    )  # fmt: skip
+    parser.add_argument(
+        "--load-tps", type=float, default=0.0,
+        help="background tx/s instead of --load-fraction (0: use the fraction)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibrate-producers", type=int, default=16,
+        help="producers sending back to back while the capacity is measured",
+    )  # fmt: skip
+    parser.add_argument(
+        "--calibrate-s", type=float, default=10.0, help="how long the capacity is measured (s)"
+    )
     parser.add_argument("--waiters", type=int, default=500, help="concurrent waiting receives")
     parser.add_argument("--waiter-wait-ms", type=int, default=10_000, help="their wait_ms")
     parser.add_argument(
@@ -411,8 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--commits, --consumers, --waiters must be >= 1 and --rate > 0")
     if not 0 <= args.waiter_ramp_s < args.waiter_wait_ms / 1000 - 2:
         parser.error("--waiter-ramp-s must be >= 0 and end 2 s before --waiter-wait-ms")
-    if args.load_tps <= 0 or args.waiter_wait_ms < 1000:
-        parser.error("--load-tps must be > 0 and --waiter-wait-ms >= 1000")
+    if args.load_tps < 0 or args.waiter_wait_ms < 1000:
+        parser.error("--load-tps must be >= 0 and --waiter-wait-ms >= 1000")
+    if not 0 < args.load_fraction <= 1 or args.calibrate_producers < 1 or args.calibrate_s <= 0:
+        parser.error("--load-fraction must be in (0, 1], --calibrate-producers >= 1, "
+                     "--calibrate-s > 0")  # fmt: skip
 
     signal.signal(signal.SIGTERM, _exit_on_signal)
     signal.signal(signal.SIGHUP, _exit_on_signal)
@@ -424,7 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     port = pick_port(args.port)
     print(
         f"bench: {args.commits} commits at <= {args.rate:g}/s, {args.consumers} consumers, "
-        f"{args.load_tps:g} tx/s background, then {args.waiters} waiters; 2 web processes, "
+        + (
+            f"{args.load_tps:g} tx/s background"
+            if args.load_tps
+            else f"background {args.load_fraction:g} of the measured capacity"
+        )
+        + f", then {args.waiters} waiters; 2 web processes, "
         f"{os.cpu_count()} CPUs, PostgreSQL {pg.host}:{pg.port}/{pg.dbname}, {args.redis_url}; "
         f"logs in {LOG_DIR}",
         flush=True,

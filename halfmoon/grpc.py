@@ -16,7 +16,8 @@ import signal
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Set up Django, then serve until SIGTERM or SIGINT."""
+    """Set up Django, then serve until SIGTERM or SIGINT, the heap frozen once the server has
+    started (``halfmoon.heap``)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
     import django
 
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from broker.conf import conf
     from broker.grpc.server import GrpcServer
+    from halfmoon.heap import heap_freeze
 
     parser = argparse.ArgumentParser(prog="python -m halfmoon.grpc", description=__doc__)
     parser.add_argument("--host", default=settings.HALFMOON_GRPC_HOST or "127.0.0.1")
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     async def serve() -> None:
         server = GrpcServer(args.host, args.port)
         await server.start()
+        heap_freeze()  # halfmoon.heap: no full collection walks the loaded modules
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -23,6 +23,8 @@ import socket
 
 import uvicorn
 
+from halfmoon.heap import heap_freeze
+
 APPLICATION = "halfmoon.asgi:application"
 
 
@@ -47,7 +49,8 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
 def main(argv: list[str] | None = None) -> None:
     """Serve ``halfmoon.asgi`` on ``--host``/``--port`` (default ``HALFMOON_HOST`` and
     ``HALFMOON_PORT``, else 127.0.0.1:8000) until SIGTERM or SIGINT (uvicorn's graceful
-    shutdown). uvicorn logs at ``--log-level`` (default warning), without an access log;
+    shutdown), the application loaded and its heap frozen first (``halfmoon.heap``). uvicorn
+    logs at ``--log-level`` (default warning), without an access log;
     ``X-Forwarded-For`` is trusted from ``FORWARDED_ALLOW_IPS`` (uvicorn's default, loopback).
     """
     parser = argparse.ArgumentParser(prog="python -m halfmoon.web", description=__doc__)
@@ -57,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sock = listening_socket(args.host, args.port)
     config = uvicorn.Config(APPLICATION, log_level=args.log_level, access_log=False)
+    config.load()  # imports halfmoon.asgi: Django set up, the application built
+    heap_freeze()
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -113,8 +113,14 @@ _RESOLVED_FIELDS = (
 def _transaction_from_row(row: Sequence[Any]) -> Transaction:
     """The ``Transaction`` of a row of every concrete column, in field order (as
     ``_resolve_sql`` returns them)."""
-    attnames = [f.attname for f in Transaction._meta.concrete_fields]
-    return Transaction.from_db(connection.alias, attnames, row)
+    return Transaction.from_db(connection.alias, _transaction_attnames(), row)
+
+
+@functools.cache
+def _transaction_attnames() -> tuple[str, ...]:
+    """``Transaction``'s concrete fields' attribute names, in field order (once per process:
+    an end batch reads a row per item)."""
+    return tuple(f.attname for f in Transaction._meta.concrete_fields)
 
 
 class PreparedEnd(NamedTuple):

@@ -49,6 +49,13 @@ def _rows_definition(columns: tuple[tuple[str, str], ...]) -> str:
     return ", ".join(f"{connection.ops.quote_name(c)} {t}" for c, t in columns)
 
 
+@functools.cache
+def _bytea_columns(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[int, str], ...]:
+    """The (index, name) of ``columns``' ``bytea`` columns, whose values ``rows_cte`` sends in
+    PostgreSQL's hex form."""
+    return tuple((i, c) for i, (c, t) in enumerate(columns) if t == "bytea")
+
+
 def rows_cte(
     name: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
 ) -> tuple[str, list[Any]]:
@@ -66,20 +73,22 @@ def rows_cte(
         columns: (column name, SQL type) in the rows' order.
         rows: each one Python value per column: None, bool, int, str (without NUL, which
             JSON in PostgreSQL cannot hold; the API refuses it), a dict or list (for a
-            ``jsonb`` column), or bytes (for a ``bytea`` column, sent in PostgreSQL's hex
-            form).
+            ``jsonb`` column), or bytes or a memoryview (for a ``bytea`` column, and only
+            there: sent in PostgreSQL's hex form).
 
     Returns:
         (the CTE's SQL without ``WITH``, its one parameter).
     """
     names = [column for column, _ in columns]
-    objects = [
-        {
-            c: (rf"\x{v.hex()}" if isinstance(v, bytes | memoryview) else v)
-            for c, v in zip(names, row, strict=True)
-        }
-        for row in rows
-    ]
+    binary = _bytea_columns(tuple(columns))
+    objects = []
+    for row in rows:
+        obj = dict(zip(names, row, strict=True))
+        for index, column in binary:
+            value = row[index]
+            if value is not None:
+                obj[column] = rf"\x{value.hex()}"
+        objects.append(obj)
     definition = _rows_definition(tuple(columns))
     sql = f"{name} AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r({definition}))"
     return sql, [json.dumps(objects)]

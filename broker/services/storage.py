@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from broker.models import ConsumeQueue, Message, Topic, now_ms
+from broker.models import ConsumeQueue, Message, Topic, model_new, now_ms
 from broker.plumbing.wakeups import topic_channel, wakeup_on_commit
 from broker.rules.topics import is_undeliverable_topic
 from broker.services.sql import rows_cte, statement_cursor
@@ -62,7 +62,8 @@ def message_new(
     """The unsaved message ``message_put`` stores (arguments as there): store time now (ms),
     ``born_timestamp`` the store time unless given; no offsets yet."""
     stored = now_ms()
-    return Message(
+    return model_new(
+        Message,
         topic=topic,
         queue_id=queue_id,
         msg_id=msg_id,

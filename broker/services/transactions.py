@@ -28,7 +28,7 @@ from broker.constants import (
 )
 from broker.errors import Conflict, InvalidInput
 from broker.lookups import producer_group_require
-from broker.models import Message, Transaction
+from broker.models import Message, Transaction, model_new
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     check_immunity_ms,
@@ -121,7 +121,8 @@ def transaction_plan(
         sys_flag=SYS_FLAG_TRANSACTION_PREPARED_TYPE,
         producer_group=producer_group,
     )
-    tx = Transaction(
+    tx = model_new(
+        Transaction,
         transaction_id=transaction_id,
         producer_group=producer_group,
         topic=topic,

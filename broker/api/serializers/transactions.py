@@ -105,6 +105,23 @@ class TransactionPrepareOutSerializer(serializers.Serializer):
     half_queue_offset = serializers.IntegerField()
     state = serializers.CharField()
 
+    def to_representation(self, instance: Transaction) -> dict[str, Any]:
+        """The declared fields, read directly (each send and each item of a batch answers
+        one): what DRF's field-by-field representation gives (None stays None), for a
+        fraction of its cost."""
+        commit_log_offset, queue_offset = (
+            instance.half_commit_log_offset,
+            instance.half_queue_offset,
+        )
+        return {
+            "status": SEND_OK,
+            "transaction_id": str(instance.transaction_id),
+            "msg_id": str(instance.transaction_id),
+            "commit_log_offset": None if commit_log_offset is None else int(commit_log_offset),
+            "half_queue_offset": None if queue_offset is None else int(queue_offset),
+            "state": str(instance.state),
+        }
+
 
 class TransactionEndOutSerializer(serializers.Serializer):
     """``{"transaction_id", "state"}``, plus where the message went once COMMITTED."""
