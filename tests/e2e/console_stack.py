@@ -115,8 +115,7 @@ def console_broker(
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + f"_{label}"
-    given = nullcontext(database_url) if database_url else None
-    with given or pg_database(name) as database_url:
+    with nullcontext(database_url) if database_url else pg_database(name) as database_url:
         env = broker_env(
             database_url=database_url, redis_url=redis_url, var_dir=tmp / "var", settings=settings
         )

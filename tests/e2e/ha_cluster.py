@@ -22,21 +22,23 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
-from tests.e2e.services import pg_bin
+from tests.e2e.services import pg_bin, postgres_owner
 
 DATABASE = "halfmoon"
+States = dict[str, tuple[str, str]]
+"""Each node's (reported state, assigned state) by name, as the monitor sees them."""
 
 MONITOR_SETTINGS = {
     # The monitor probes each node every second (1 s timeout, one retry after 0.5 s) and
@@ -89,11 +91,7 @@ class AutoFailoverCluster:
         """When (``time.monotonic()``) ``lose_node`` last killed a node."""
         self._ports = node_ports
         self._created = 0
-        self._user: list[str] = []
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
-            self._user = ["runuser", "-u", "postgres", "--"]
+        self._user = postgres_owner(self.directory)
         self.env = {
             **os.environ,
             "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -144,7 +142,7 @@ class AutoFailoverCluster:
                 stderr=subprocess.STDOUT, start_new_session=True, cwd="/tmp",
             )  # fmt: skip
 
-    def states(self) -> dict[str, tuple[str, str]]:
+    def states(self) -> States:
         """Each node's (reported state, assigned state), as the monitor sees them."""
         shown = json.loads(
             self._autoctl("show", "state", "--monitor", self.monitor_url, "--json", timeout_s=30)
@@ -176,9 +174,9 @@ class AutoFailoverCluster:
         self.wait_for(
             lambda s: s.get(first.name, ("",))[0] in ("single", "wait_primary"), timeout_s
         )
-        self._add_node(self._ports[1])
+        second = self._add_node(self._ports[1])
         self.wait_settled(timeout_s)
-        self._tune_keepers()
+        self._tune_keepers([first, second])
 
     def start_monitor(self, timeout_s: float = 60) -> None:
         """Run the monitor's ``pg_autoctl`` (again, after ``stop_monitor``)."""
@@ -211,24 +209,24 @@ class AutoFailoverCluster:
         self.nodes.append(node)
         return node
 
-    def _tune_keepers(self) -> None:
-        """Each keeper's network partition timeout (``KEEPER_NETWORK_PARTITION_TIMEOUT_S``), set
-        once its node runs: the keeper reloads its configuration on SIGHUP, which would
-        interrupt a node's ``initdb`` or base backup."""
-        for node in self.nodes:
+    def _tune_keepers(self, nodes: list[Node]) -> None:
+        """``nodes``' keepers' network partition timeout (``KEEPER_NETWORK_PARTITION_TIMEOUT_S``),
+        set once they run: a keeper reloads its configuration on SIGHUP, which would interrupt
+        a node's ``initdb`` or base backup."""
+        for node in nodes:
             self._autoctl(
                 "config", "set", "--pgdata", str(node.pgdata),
                 "timeout.network_partition_timeout", str(KEEPER_NETWORK_PARTITION_TIMEOUT_S),
             )  # fmt: skip
 
-    def wait_for(self, predicate, timeout_s: float) -> dict[str, tuple[str, str]]:  # noqa: ANN001
+    def wait_for(self, predicate: Callable[[States], bool], timeout_s: float) -> States:
         """Poll the monitor's states until ``predicate(states)``; returns them.
 
         Raises:
             RuntimeError: not within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        states: dict[str, tuple[str, str]] = {}
+        states: States = {}
         while True:
             with suppress(RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired):
                 states = self.states()
@@ -251,13 +249,13 @@ class AutoFailoverCluster:
     def wait_settled(self, timeout_s: float = 240) -> None:
         """Until one node is ``primary`` and another ``secondary``, both as assigned."""
 
-        def settled(states: dict[str, tuple[str, str]]) -> bool:
+        def settled(states: States) -> bool:
             reported = sorted(r for r, a in states.values() if r == a)
             return reported == ["primary", "secondary"]
 
         self.wait_for(settled, timeout_s)
 
-    def primary(self, states: dict[str, tuple[str, str]] | None = None) -> Node | None:
+    def primary(self, states: States | None = None) -> Node | None:
         """The node the monitor reports as taking writes (primary, wait_primary, single)."""
         with suppress(RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired):
             states = states if states is not None else self.states()
@@ -295,7 +293,7 @@ class AutoFailoverCluster:
         shutil.rmtree(node.pgdata, ignore_errors=True)
         fresh = self._add_node(node.port)
         self.wait_settled(timeout_s)
-        self._tune_keepers()
+        self._tune_keepers([fresh])
         return fresh
 
     def switchover(self, timeout_s: float = 120) -> None:

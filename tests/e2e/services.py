@@ -9,7 +9,8 @@ machine.
   ``tests/e2e/backups.py``).
 - ``RedisServer``: ``redis-server`` on a port of its own, nothing kept on disk; ``start``,
   ``stop``.
-- ``pg_bin``: where Debian keeps ``initdb`` and ``pg_ctl`` (None when they are missing).
+- ``pg_bin``: where Debian keeps ``initdb`` and ``pg_ctl`` (None when they are missing);
+  ``postgres_owner``: how to run a command as PostgreSQL's owner.
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ def pg_bin() -> Path | None:
         if (version / "bin" / "initdb").exists():
             return version / "bin"
     return None
+
+
+def postgres_owner(directory: Path) -> list[str]:
+    """The prefix that runs a command as PostgreSQL's owner: ``runuser -u postgres --`` when
+    this runs as root (PostgreSQL refuses root), after giving ``directory`` to ``postgres``;
+    ``[]`` otherwise (the current user owns everything)."""
+    if os.geteuid() != 0:
+        return []
+    owner = pwd.getpwnam("postgres")
+    os.chown(directory, owner.pw_uid, owner.pw_gid)
+    return ["runuser", "-u", "postgres", "--"]
 
 
 def _listening(port: int) -> bool:
@@ -102,13 +114,15 @@ class PrivatePostgres:
         self.data = self.directory / "pgdata"
         self.port = port
         self.log = self.directory / "postgres.log"
-        self._user: list[str] = []
-        if os.geteuid() == 0:
-            owner = pwd.getpwnam("postgres")
-            os.chown(self.directory, owner.pw_uid, owner.pw_gid)
-            self._user = ["runuser", "-u", "postgres", "--"]
+        self._user = postgres_owner(self.directory)
 
-    def _run(self, *args: str) -> None:
+    def run_as_owner(self, *args: str) -> None:
+        """Run a command as the cluster's owner (``postgres`` when this runs as root), in
+        ``/tmp``, at most 120 s.
+
+        Raises:
+            subprocess.CalledProcessError: it exited non-zero.
+        """
         subprocess.run(
             [*self._user, *args], check=True, capture_output=True, timeout=120, cwd="/tmp"
         )
@@ -119,11 +133,13 @@ class PrivatePostgres:
 
     def init(self) -> None:
         """``initdb`` the cluster (trust auth, superuser ``postgres``)."""
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
+        self.run_as_owner(
+            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"
+        )
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections (``pg_ctl -w``)."""
-        self._run(
+        self.run_as_owner(
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w",
             "-o", f"-p {self.port} -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c max_connections=200",
@@ -133,16 +149,9 @@ class PrivatePostgres:
     def stop(self) -> None:
         """Stop the server (fast shutdown: open sessions are ended); nothing when stopped."""
         with suppress(subprocess.CalledProcessError):
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-
-    def run_as_owner(self, *args: str) -> None:
-        """Run a command as the cluster's owner (``postgres`` when this runs as root), in
-        ``/tmp``, at most 120 s.
-
-        Raises:
-            subprocess.CalledProcessError: it exited non-zero.
-        """
-        self._run(*args)
+            self.run_as_owner(
+                str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"
+            )
 
     def configure(self, settings: dict[str, str]) -> None:
         """Append ``name = 'value'`` lines to the cluster's ``postgresql.conf`` (a later line
@@ -162,7 +171,7 @@ class PrivatePostgres:
         Raises:
             subprocess.CalledProcessError: the backup failed.
         """
-        self._run(
+        self.run_as_owner(
             str(self.bin / "pg_basebackup"), "-D", str(target), "-X", "stream", "-c", "fast",
             "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "--no-password",
         )  # fmt: skip
@@ -170,7 +179,7 @@ class PrivatePostgres:
     def data_from(self, backup: Path) -> None:
         """Make this (not initialised) cluster's data directory a copy of the base backup
         ``backup``, owned by the cluster's owner."""
-        self._run("cp", "-a", str(backup), str(self.data))
+        self.run_as_owner("cp", "-a", str(backup), str(self.data))
 
     def create_database(self, name: str) -> str:
         """Create database ``name``; returns its ``postgres://`` URL."""

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import psycopg
@@ -40,6 +41,7 @@ pytestmark = [
 TOPIC = "FailoverTopic"
 GROUP = "FailoverProducers"
 CONSUMERS = "FailoverConsumers"
+T = TypeVar("T")
 RECOVERY_S = 60.0  # the longest the broker may take to take writes again after a failover
 
 
@@ -63,7 +65,7 @@ def cluster() -> Iterator[AutoFailoverCluster]:
         formation.remove()
 
 
-def _until(what: str, predicate, timeout_s: float = RECOVERY_S):  # noqa: ANN001, ANN202
+def _until(what: str, predicate: Callable[[], T], timeout_s: float = RECOVERY_S) -> T:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -137,7 +139,7 @@ def test_ambiguous_outcomes_across_a_failover_are_applied_once(
 
         # Retried as a producer retries an answer it never got, until the promoted standby
         # takes writes: each is answered as what was stored before the failover.
-        def answered(response_of) -> httpx.Response | None:  # noqa: ANN001
+        def answered(response_of: Callable[[], httpx.Response]) -> httpx.Response | None:
             try:
                 response = response_of()
             except httpx.HTTPError:
