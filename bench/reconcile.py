@@ -40,7 +40,18 @@ child; on ``local[2]`` it is the executor too) and this Python process's RSS. Th
 
 (one line; with ``--sizes``, one ``rows_<size>_s``, ``baseline_<size>_s`` and ``ratio_<size>``
 per size, scaling = last / first), preceded by the peak memory line. The ratios are the figures
-to compare between machines: both sides ran over the same files in the same run. Needs duckdb and psutil (the dev extra).
+to compare between machines: both sides ran over the same files in the same run.
+
+``--floor`` also measures, per size, two parts of the job alone, each after the baseline:
+reading the archive as the job reads it (``logs_read``'s frame written to Spark's ``noop``
+sink: the scan, no grouping) and writing the job's ``facts/`` output again with the job's
+writer options (its read, measured alone to ``noop``, taken off). Their sum over the baseline
+is a floor under ``ratio_<size>``: no job that reads the same archive and writes the same
+``facts/`` can be faster on this machine. Printed before the last line as
+
+    floor scan_<size>_s=<s> facts_write_<size>_s=<s> floor_<size>=<(scan + write)/duckdb>
+
+Needs duckdb and psutil (the dev extra).
 """
 
 from __future__ import annotations
@@ -51,8 +62,15 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from broker.rules.anomalies import ReconcileParams
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -350,6 +368,37 @@ class PeakMemory:
         self._thread.join()
 
 
+def floor_measure(
+    spark: SparkSession, uri: str, params: ReconcileParams, output_uri: str
+) -> tuple[float, float]:
+    """Two parts of the job timed alone (s): the archive read as ``logs_read`` reads it, written
+    to Spark's ``noop`` sink; and the job's ``facts/`` under ``output_uri`` written again with
+    ``FACTS_WRITE_OPTIONS`` (into ``floor-facts`` beside it), less the same read to ``noop``."""
+    from broker.pipeline.reconcile import JOB_CONF, output_path
+    from broker.pipeline.reconcile.facts import FACTS_WRITE_OPTIONS
+    from broker.pipeline.reconcile.logs import logs_read
+    from broker.pipeline.spark import session_conf
+
+    def timed(write: Callable[[], None]) -> float:
+        started = time.monotonic()
+        write()
+        return time.monotonic() - started
+
+    facts_path = output_path(output_uri, "facts")
+    copy_path = str(Path(output_uri).parent / "floor-facts")
+    with session_conf(spark, JOB_CONF):
+        scan = timed(
+            lambda: logs_read(spark, uri, params)[0].write.format("noop").mode("overwrite").save()
+        )
+        facts = spark.read.parquet(facts_path)
+        read = timed(lambda: facts.write.format("noop").mode("overwrite").save())
+        rewrite = timed(
+            lambda: facts.write.mode("overwrite").options(**FACTS_WRITE_OPTIONS).parquet(copy_path)
+        )
+    shutil.rmtree(copy_path, ignore_errors=True)
+    return scan, max(rewrite - read, 0.0)
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:.0f}MiB"
 
@@ -365,6 +414,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated archives")
     parser.add_argument("--dir", default=str(ROOT / "var" / "bench" / "reconcile"))
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time the archive scan and the facts/ write alone (the module's docstring)",
+    )
     args = parser.parse_args()
     missing = tools_missing()
     if missing:
@@ -404,6 +458,7 @@ def main() -> int:
         return str(path), params
 
     figures: dict[int, tuple[float, float]] = {}
+    floors: dict[int, tuple[float, float]] = {}
     peaks: dict[int, PeakMemory] = {}
     try:
         uri, params = archive_for(WARMUP_SIZE)
@@ -445,10 +500,18 @@ def main() -> int:
                 return 1
             figures[n] = (spark_s, baseline_s)
             peaks[n] = peak
+            if args.floor:
+                floors[n] = floor_measure(spark, uri, params, str(workdir / f"out-{n}"))
+                print(
+                    f"{label(n)}: archive scan alone {floors[n][0]:.1f} s, facts/ write alone "
+                    f"{floors[n][1]:.1f} s",
+                    flush=True,
+                )
     finally:
         if not args.keep:
             for path in created + [workdir / f"out-{n}" for n in sizes] + [workdir / "out-warmup"]:
                 shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(workdir / "floor-facts", ignore_errors=True)
     print(
         "peak_memory "
         + " ".join(
@@ -456,6 +519,15 @@ def main() -> int:
             for n, p in peaks.items()
         )
     )
+    if floors:
+        print(
+            "floor "
+            + " ".join(
+                f"scan_{label(n)}_s={scan:.1f} facts_write_{label(n)}_s={write:.1f} "
+                f"floor_{label(n)}={(scan + write) / figures[n][1]:.2f}"
+                for n, (scan, write) in floors.items()
+            )
+        )
     first, last = sizes[0], sizes[-1]
     line = [f"rows_{label(n)}_s={figures[n][0]:.1f}" for n in sizes]
     line.append(f"scaling={figures[last][0] / figures[first][0]:.2f}")
