@@ -23,9 +23,11 @@ BUCKET_IDS_LISTED = 20
 
 def bucket_frame(facts: DataFrame, found: DataFrame, params: ReconcileParams) -> DataFrame:
     """Per producer group and 10-minute bucket of half message time (judged transactions):
-    ``half_count``, ``final_count``, the halves with no final state (a left_anti join of the
-    halves against the finals, the set difference of half and ended msgIds), ``unexplained_count`` (those no
-    other anomaly names: a second left_anti join) with the first ``BUCKET_IDS_LISTED`` of them,
+    ``half_count``, ``final_count``, the halves with no final state (the set difference of
+    half and ended msgIds: ``facts/`` holds one row per transaction, so it is the judged rows
+    whose ``final_state`` is PREPARED, no join), ``unexplained_count`` (those no other anomaly
+    names: a left_anti join against the anomalies' transaction ids) with the first
+    ``BUCKET_IDS_LISTED`` of them,
     ``settled`` (min(bucket end, until) + settle_ms <= as_of: the judged part of a bucket the
     window cuts ends at until) and ``flagged`` (settled and something unexplained)."""
     keys = ["producer_group", "bucket_start_ms"]
@@ -35,10 +37,9 @@ def bucket_frame(facts: DataFrame, found: DataFrame, params: ReconcileParams) ->
         (F.col("half_timestamp") - F.col("half_timestamp") % BUCKET_MS).alias("bucket_start_ms"),
         (F.col("final_state") != "PREPARED").alias("final"),
     )
-    finals = halves.where(F.col("final")).select("transaction_id")
     named = found.where(F.col("transaction_id") != "").select("transaction_id")
     unexplained = (
-        halves.join(finals, "transaction_id", "left_anti")
+        halves.where(~F.col("final"))
         .join(named, "transaction_id", "left_anti")
         .groupBy(*keys)
         .agg(

@@ -32,15 +32,11 @@ from broker.rules.anomalies import AnomalyKind, ReconcileParams
 # The package's name: the job's public entry is ``broker.pipeline.reconcile.reconcile``.
 logger = logging.getLogger("broker.pipeline.reconcile")
 
-# The job's own Spark settings, set for its run and put back after:
-# - 16 shuffle partitions (adaptive execution coalesces the small ones; at 10M transactions
-#   each of the 16 holds about 2M log rows);
-# - adaptive execution may join a shuffled partition through a hash table of its smaller side
-#   up to 256 MB instead of sorting both sides (the buckets' set difference: 10M transaction
-#   ids against 10M at 10M transactions; Spark's default, 0, always sorts).
+# The job's own Spark settings, set for its run and put back after: 16 shuffle partitions
+# (adaptive execution coalesces the small ones; at 10M transactions each of the 16 holds about
+# 2M log rows).
 JOB_CONF = {
     "spark.sql.shuffle.partitions": "16",
-    "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "256MB",
 }
 
 OUTPUT_PARTS = ("facts", "anomalies", "buckets", "analytics")
