@@ -46,8 +46,9 @@ to compare between machines: both sides ran over the same files in the same run.
 reading the archive as the job reads it (``logs_read``'s frame written to Spark's ``noop``
 sink: the scan, no grouping) and writing the job's ``facts/`` output again with the job's
 writer options (its read, measured alone to ``noop``, taken off). Their sum over the baseline
-is a floor under ``ratio_<size>``: no job that reads the same archive and writes the same
-``facts/`` can be faster on this machine. Printed before the last line as
+is a floor under ``ratio_<size>`` for a job that reads what this one reads and writes the same
+``facts/``: both parts keep the same cores busy, and what the job does besides must fit in
+what is left of the goal. Printed before the last line as
 
     floor scan_<size>_s=<s> facts_write_<size>_s=<s> floor_<size>=<(scan + write)/duckdb>
 

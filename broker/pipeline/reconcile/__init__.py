@@ -1,8 +1,9 @@
 """The reconciliation job: one row per transaction ("facts") from the archived logs,
 the anomalies of ``broker.rules.anomalies.AnomalyKind`` with their evidence, the per-bucket
 balance of half messages against final states (the set difference of half and ended msgIds:
-the judged transactions not in a final state) and the analytics (``broker.pipeline.analytics``). The rules are written out in
-``docs/reconciliation.md``; ``bench/reconcile_baseline.py`` does the same search in DuckDB.
+the judged transactions not in a final state) and the analytics (``broker.pipeline.analytics``).
+The rules are written out in ``docs/reconciliation.md``; ``bench/reconcile_baseline.py`` does
+the same search in DuckDB.
 
 The plan, chosen so that the logs are shuffled once and the driver holds nothing big:
 
