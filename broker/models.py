@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 
 from broker.rules.alerts import AlertKind, AlertSeverity, NotificationEvent
@@ -45,6 +46,19 @@ M = TypeVar("M", bound=models.Model)
 def _field_defaults(model: type[models.Model]) -> tuple[tuple[str, Any], ...]:
     """``model``'s concrete fields in order, as (attribute name, the field's ``get_default``)."""
     return tuple((f.attname, f.get_default) for f in model._meta.concrete_fields)
+
+
+@functools.cache
+def _attnames(model: type[models.Model]) -> tuple[str, ...]:
+    """``model``'s concrete fields' attribute names, in field order."""
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
+def model_from_row(model: type[M], row: Sequence[Any]) -> M:
+    """The instance of a row read by raw SQL holding every concrete column of ``model`` in
+    field order (``SELECT t.*`` or the columns listed from ``_meta.concrete_fields``), built
+    as the ORM builds a row it read (``Model.from_db``; no ``from_db_value`` conversions)."""
+    return model.from_db(connection.alias, _attnames(model), row)
 
 
 def model_new(model: type[M], **values: Any) -> M:

@@ -1,14 +1,14 @@
 """The serving processes' heap and Python's cyclic garbage collector.
 
 A full collection (generation 2) walks every tracked object of the process: in a web process,
-some 135,000 objects once Django, DRF, the views and the URLconf are loaded, 30-80 ms on this
-machine's 2 cores. The collector runs one whenever enough objects have survived two younger
+every object of Django, DRF, the views and the URLconf once they are loaded (figures in
+bench/README.md). The collector runs one whenever enough objects have survived two younger
 collections, which a busy process reaches every few seconds, so a request that happened to
 trigger it waited that long: the outliers of a long poll's commit-to-receive latency and of
 ``/healthz`` (bench/visibility.py). Objects alive once the process is ready live as long as it
 does; ``gc.freeze`` moves them to a generation the collector never walks (Python's documented
 use: after start-up, before serving), and a full collection then walks only what requests have
-left behind (0.002 ms measured right after the freeze).
+left behind.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from broker.models import (
     Delivery,
     DeliveryEvent,
     Message,
+    model_from_row,
     now_ms,
 )
 from broker.rules.topics import is_undeliverable_topic
@@ -283,7 +284,6 @@ def _take(
         the messages taken, each with attempt 1 and its new receipt handle, in queue order.
     """
     sql = _take_sql()
-    attnames = [f.attname for f in Message._meta.concrete_fields]
     properties = Message._meta.get_field("properties")
     out: list[Received] = []
     for attempt in range(2):
@@ -305,7 +305,7 @@ def _take(
         for _, handle, *values in rows:
             if handle is None:
                 continue  # nothing taken: the one row saying how many offsets were locked
-            message = Message.from_db(connection.alias, attnames, values)
+            message = model_from_row(Message, values)
             message.properties = properties.from_db_value(message.properties, None, connection)
             out.append(Received(message, 1, handle))
         if attempt or rows[0][0] >= queue_nums or len(out) >= want:

@@ -29,7 +29,14 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_NOT_TYPE,
 )
-from broker.models import Message, Resolution, Transaction, TransactionEvent, now_ms
+from broker.models import (
+    Message,
+    Resolution,
+    Transaction,
+    TransactionEvent,
+    model_from_row,
+    now_ms,
+)
 from broker.rules.states import (
     ResolvedBy,
     ResolvingAction,
@@ -91,7 +98,7 @@ def transaction_resolve_locked(
             f"transaction {tx.transaction_id}: no half message at commit log offset "
             f"{tx.half_commit_log_offset} or no queue {tx.topic}#{tx.queue_id}"
         )
-    resolved = _transaction_from_row(row)
+    resolved = model_from_row(Transaction, row)
     for attname in _RESOLVED_FIELDS:
         setattr(tx, attname, getattr(resolved, attname))
     op_buffer_note(half_queue_id=tx.half_queue_id, half_queue_offset=tx.half_queue_offset)
@@ -108,19 +115,6 @@ _RESOLVED_FIELDS = (
     "next_check_timestamp",
     "queue_offset",
 )
-
-
-def _transaction_from_row(row: Sequence[Any]) -> Transaction:
-    """The ``Transaction`` of a row of every concrete column, in field order (as
-    ``_resolve_sql`` returns them)."""
-    return Transaction.from_db(connection.alias, _transaction_attnames(), row)
-
-
-@functools.cache
-def _transaction_attnames() -> tuple[str, ...]:
-    """``Transaction``'s concrete fields' attribute names, in field order (once per process:
-    an end batch reads a row per item)."""
-    return tuple(f.attname for f in Transaction._meta.concrete_fields)
 
 
 class PreparedEnd(NamedTuple):
@@ -184,7 +178,7 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
         return {}
     resolved = {}
     for row in rows:
-        tx = _transaction_from_row(row)
+        tx = model_from_row(Transaction, row)
         resolved[tx.transaction_id] = tx
     op_buffer_notes([(tx.half_queue_id, tx.half_queue_offset) for tx in resolved.values()])
     transactions_announce(list(resolved.values()), "resolved")
