@@ -48,8 +48,8 @@ def main() -> int:
     from django.db import connection
     from recovery_seed import seed
 
-    from broker.services.admin import producer_group_create, topic_create
     from broker.services.recovery import transactions_rebuild
+    from broker.services.topology.writes import producer_group_create, topic_create
 
     call_command("migrate", verbosity=0)
     topic_create(name="TranTest", queue_nums=4)

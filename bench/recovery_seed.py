@@ -33,8 +33,8 @@ from broker.models import (
     TransactionEvent,
     now_ms,
 )
-from broker.services.storage import system_topic_ensure
-from broker.services.transactions import half_queue_select
+from broker.services.commitlog.storage import system_topic_ensure
+from broker.services.transactions.half import half_queue_select
 
 BATCH = 5000  # rows per INSERT
 OP_BATCH = 500  # offsets per Op message (~3.5 KB, under HALFMOON_OP_MSG_MAX_SIZE)

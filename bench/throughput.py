@@ -775,7 +775,7 @@ def base_env(database_url: str, settings_module: str) -> dict[str, str]:
 
 
 SETUP_SHELL = (
-    "from broker.services.admin import producer_group_create, topic_create\n"
+    "from broker.services.topology.writes import producer_group_create, topic_create\n"
     f"topic_create(name={TOPIC!r}, queue_nums=4)\n"
     f"topic_create(name={BATCH_TOPIC!r}, queue_nums=4)\n"
     f"producer_group_create(name={GROUP!r}, check_url=None)\n"

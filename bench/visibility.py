@@ -81,7 +81,7 @@ WAITERS_PER_CLIENT = 25  # connections per httpx client of the waiters (measure_
 WAITER_SLACK_S = 1.0  # a waiter answering later than wait_ms + this is counted late
 
 SETUP_SHELL = (
-    "from broker.services.admin import consumer_group_create, producer_group_create, "
+    "from broker.services.topology.writes import consumer_group_create, producer_group_create, "
     "topic_create\n"
     f"for name in {[LOAD_TOPIC, VIS_TOPIC, IDLE_TOPIC]!r}:\n"
     "    topic_create(name=name, queue_nums=4)\n"

@@ -146,7 +146,7 @@ class TransactionAlreadyResolved(Conflict):
     code = "transaction_already_resolved"
 
     def __init__(self, transaction_id: str, state: str, *, ended: dict[str, Any] | None = None):
-        """``ended``: what ended it (``broker.services.audit.transaction_ended``: ``ended_by``
+        """``ended``: what ended it (``broker.services.operations.audit.transaction_ended``: ``ended_by``
         text, ``resolved_by``, ``resolved_timestamp``, ...), added to ``details`` and named in
         the message."""
         by = f" by {ended['ended_by']}" if ended and ended.get("ended_by") else ""

@@ -224,7 +224,7 @@ def access_key_by_hash(token_hash: str) -> AccessKey | None:
 
 def access_key_by_name(name: str) -> AccessKey | None:
     """The access key named ``name``, or None: the AccessKey of a RocketMQ client's signature
-    (``broker.services.access_key_secrets``).
+    (``broker.services.access.secrets``).
 
     Cached as ``access_key_by_hash`` (under the access keys' generation: a key revoked, changed
     or given a new secret in any process is seen here within 1 s); an unknown name is read

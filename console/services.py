@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from broker.errors import InvalidInput
-from broker.services.grants import operator_grants_set
+from broker.services.access.grants import operator_grants_set
 from console.roles import ROLES, Role, roles_ensure
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def console_user_create(
       console roles are kept).
     - ``producer_groups`` / ``consumer_groups`` (``operator`` only): an operator scoped to
       those groups (``broker.rules.grants``): the user is put in the ``viewer`` group (sees
-      everything) and given exactly these operator grants (``broker.services.grants``); it
+      everything) and given exactly these operator grants (``broker.services.access.grants``); it
       acts on the transactions of those producer groups and operates those consumer groups
       only. Without groups every earlier grant is removed (a full operator, a viewer or an
       admin has none).

@@ -174,7 +174,7 @@ for _name, _value in (
     _db["OPTIONS"].setdefault(_name, _value)
 # A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
 # (psycopg's prepare_threshold). Only the broker's set-based statements bind their parameters
-# server-side, and so get prepared (broker.services.sql.statement_cursor): PostgreSQL plans
+# server-side, and so get prepared (broker.plumbing.sql.statement_cursor): PostgreSQL plans
 # a send's and an end's CTE (~1.5-2.5 ms of planning apiece) once per connection instead of on
 # every request. The ORM keeps Django's client-side binding. 0 turns preparing off, as a
 # PgBouncer in transaction pooling mode needs (docs/operations.md "Prepared statements").

@@ -15,7 +15,7 @@ app = Celery(
     include=[
         "tasks.checks",
         "tasks.op_messages",
-        "tasks.console",
+        "tasks.operations",
         "tasks.pipeline",
         "tasks.alerts",
     ],
@@ -40,7 +40,7 @@ def _beat_schedule(sender: Celery, **kwargs: object) -> None:
     HALFMOON_ARCHIVE_INTERVAL_MS and evaluates the alert rules (then sends the notifications
     due) every HALFMOON_ALERT_EVALUATION_INTERVAL_MS (whole seconds). The daily reconciliation is a crontab entry
     of its own in django-celery-beat's tables, editable in the admin
-    (``broker.services.reconciliation``).
+    (``broker.services.reconciliation.run``).
 
     Each entry expires before its next run, so a slow scan never piles up behind itself.
     """

@@ -1,10 +1,10 @@
-"""Op message flush tasks: thin wrappers over ``broker.services.op_messages``."""
+"""Op message flush tasks: thin wrappers over ``broker.services.transactions.op_messages``."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from broker.services.op_messages import op_flush, op_flush_all
+from broker.services.transactions.op_messages import op_flush, op_flush_all
 
 
 @shared_task(name="tasks.op_messages.op_flush_all", ignore_result=True)

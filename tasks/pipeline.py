@@ -20,6 +20,6 @@ def reconcile(trigger: str = "beat") -> int | None:
     SKIPPED with the reason when nothing has settled (``trigger``: ``beat``,
     ``console:<username>`` for the console's "Run now", ``demo`` for ``manage.py demo
     --reconcile``). Returns the run's id; None when another run was going on."""
-    from broker.services.reconciliation import reconciliation_run_scheduled
+    from broker.services.reconciliation.run import reconciliation_run_scheduled
 
     return reconciliation_run_scheduled(trigger=trigger)

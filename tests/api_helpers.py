@@ -8,7 +8,7 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
-from broker.services.admin import access_key_create
+from broker.services.topology.writes import access_key_create
 from tests.conftest import client_for
 
 ERROR_KEYS = {"code", "message", "details"}

@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from broker.models import ConsumerGroup, ProducerGroup, Topic
-from broker.services.admin import (
+from broker.services.topology.writes import (
     access_key_create,
     consumer_group_create,
     producer_group_create,

@@ -25,7 +25,7 @@ from typing import Any
 
 from broker.models import Transaction
 from broker.services import checks
-from broker.services.transactions import transaction_prepare
+from broker.services.transactions.half import transaction_prepare
 
 Answer = tuple[int, Any]
 """(HTTP status, body): a dict or list is sent as JSON, bytes or str as they are."""

@@ -20,7 +20,6 @@ from django.http import HttpRequest
 from broker import models
 from broker.admin.base import ReadOnlyAdmin, ServiceAdmin, adopt_saved, value_checked
 from broker.rules.alerts import AlertKind
-from broker.services.admin import name_validate
 from broker.services.alerts.receivers import (
     receiver_create,
     receiver_delete,
@@ -35,6 +34,7 @@ from broker.services.alerts.rules import (
     alert_rule_update,
     alert_rule_values_validate,
 )
+from broker.services.topology.writes import name_validate
 
 
 class AlertRuleForm(forms.ModelForm):

@@ -1,7 +1,7 @@
 """Django admin for every model.
 
 Topics, producer and consumer groups and access keys are written through the services of
-``broker.services.admin`` (``save_model``), so an object made here is the same as one made
+``broker.services.topology.writes`` (``save_model``), so an object made here is the same as one made
 through the API: a topic gets its consume queues, a producer group its ``check_secret``, an
 access key a token whose SHA-256 alone is stored (the token is shown once, after creation).
 Their forms run the services' own checks, so a bad value is a form error, not a 500. They are
@@ -29,8 +29,9 @@ from broker.admin.base import (
 from broker.conf import conf
 from broker.rules.grants import scope_description
 from broker.selectors.grants import operator_scope
-from broker.services.access_key_secrets import access_key_secret_clear, access_key_secret_set
-from broker.services.admin import (
+from broker.services.access.grants import operator_grants_set
+from broker.services.access.secrets import access_key_secret_clear, access_key_secret_set
+from broker.services.topology.writes import (
     access_key_create,
     access_key_groups_validate,
     access_key_update,
@@ -46,7 +47,6 @@ from broker.services.admin import (
     topic_name_validate,
     topic_update,
 )
-from broker.services.grants import operator_grants_set
 
 
 class TopicForm(forms.ModelForm):
@@ -257,7 +257,7 @@ class AccessKeyAdmin(ServiceAdmin):
     """Access keys: the token is made by ``access_key_create`` and shown once, in a message
     after the key is saved; only its SHA-256 is stored. Deleting a key revokes it.
 
-    A key's RocketMQ SecretKey (gRPC signatures, ``broker.services.access_key_secrets``) is
+    A key's RocketMQ SecretKey (gRPC signatures, ``broker.services.access.secrets``) is
     made by an action and shown once, in a message; the admin shows only whether a key has one,
     never the secret or its ciphertext."""
 

@@ -2,7 +2,7 @@
 
 - Users: Django's user admin, with the console user's operator grants on its change page
   ("Operator of producer groups" / "consumer groups"): a user in the ``viewer`` group with
-  grants is an operator of those groups only. Saved through ``broker.services.grants``.
+  grants is an operator of those groups only. Saved through ``broker.services.access.grants``.
 - Access keys: on the key's own page (``broker.admin.core.AccessKeyAdmin``).
 - Every grant, by holder: a read-only list (``/admin/broker/operatorgrant/``).
 """
@@ -23,8 +23,8 @@ from broker.admin.base import ReadOnlyAdmin, value_checked
 from broker.admin.core import GroupListField
 from broker.rules.grants import scope_description
 from broker.selectors.grants import operator_scope
-from broker.services.admin import access_key_groups_validate
-from broker.services.grants import operator_grants_set
+from broker.services.access.grants import operator_grants_set
+from broker.services.topology.writes import access_key_groups_validate
 
 User = get_user_model()
 

@@ -14,7 +14,7 @@ from broker.lookups import access_key_by_hash
 from broker.models import AccessKey
 from broker.rules.grants import FULL_SCOPE, NO_SCOPE, OperatorScope
 from broker.selectors.grants import operator_scope
-from broker.services.admin import token_hash
+from broker.services.topology.writes import token_hash
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A gRPC call's metadata (RocketMQ 5 clients' ``x-mq-*`` headers) and who the caller is: the
-``MQv2-HMAC-SHA1`` signature checked by ``broker.services.access_key_secrets``, anonymous calls
+``MQv2-HMAC-SHA1`` signature checked by ``broker.services.access.secrets``, anonymous calls
 refused unless ``HALFMOON_GRPC_ALLOW_ANONYMOUS``, one namespace.
 """
 
@@ -11,8 +11,8 @@ import grpc
 from django.conf import settings
 
 from broker.errors import InvalidInput, Unauthorized
-from broker.services.access_key_secrets import signature_authenticate
-from broker.services.callers import ANONYMOUS, Caller, caller_of_key
+from broker.services.access.callers import ANONYMOUS, Caller, caller_of_key
+from broker.services.access.secrets import signature_authenticate
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Group commit of the gRPC process: the half messages (and the ends) that arrive together, on
 any of the process's connections, are stored in one database transaction by the batch services
-(``broker.services.batch``), as RocketMQ's broker groups the writes waiting for its commit log
+(``broker.services.commitlog.batch``), as RocketMQ's broker groups the writes waiting for its commit log
 (``CommitLog.GroupCommitService``).
 
 A call waits for no timer: the first call finds a free lane and runs at once, alone; calls
@@ -20,7 +20,7 @@ from typing import Any
 
 from broker.conf import conf
 from broker.grpc.threads import Workers
-from broker.services.batch import BatchItem
+from broker.services.commitlog.batch import BatchItem
 
 GROUP_COMMIT_LANES = 1
 """Batches of one kind (sends, or ends) in flight at once per process. One: two batches of a

@@ -53,12 +53,12 @@ from broker.plumbing.telemetry_bus import telemetry_server_id
 from broker.plumbing.wakeup_listeners import wakeup_hub
 from broker.plumbing.wakeups import topic_channel
 from broker.rules.topics import is_system_topic
-from broker.services import clients
-from broker.services.batch import transaction_end_batch, transaction_prepare_batch
-from broker.services.callers import Caller
-from broker.services.consumers import Received, messages_ack, messages_receive
-from broker.services.deliveries import delivery_dead_letter, delivery_invisible_change
-from broker.services.messages import message_send, msg_id_validate
+from broker.services.access.callers import Caller
+from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
+from broker.services.commitlog.messages import message_send, msg_id_validate
+from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
+from broker.services.consumption.receive import Received, messages_ack, messages_receive
+from broker.services.topology import clients
 
 logger = logging.getLogger("halfmoon.grpc")
 

@@ -1,6 +1,6 @@
 """Progress of a Spark job group, read from Spark's status tracker (the same figures as the
 Spark UI's jobs page), for ``manage.py reconcile``'s progress bar and any other caller of
-``broker.services.reconciliation.reconciliation_run``.
+``broker.services.reconciliation.run.reconciliation_run``.
 
 The tracker's answers are weakly consistent (Spark's own warning): a job's stages may be known
 before their details, and details of old stages may be dropped (``spark.ui.retainedStages``).

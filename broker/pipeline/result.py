@@ -1,5 +1,5 @@
 """What the reconciliation job hands back to the broker (``broker.pipeline.reconcile``), as
-plain values: ``broker.services.reconciliation`` stores them; the full output stays in Parquet.
+plain values: ``broker.services.reconciliation.run`` stores them; the full output stays in Parquet.
 """
 
 from __future__ import annotations

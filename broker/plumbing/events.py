@@ -3,7 +3,7 @@
 The broker publishes each change to the channel-layer group ``TRANSACTIONS_GROUP``; whoever
 wants them (the console's websocket consumers) subscribes to that group and relays them. The
 broker imports nothing of the console. Services call ``transaction_changes_publish`` through
-``transaction.on_commit`` (``broker.services.transaction_events.transactions_announce``: one call for
+``transaction.on_commit`` (``broker.services.transactions.events.transactions_announce``: one call for
 all the transactions a statement changed) so nothing is
 announced for a write that rolled back. Publishing never delays the request or task that caused
 it: events go onto an in-process queue drained by one background thread with its own event loop

@@ -1,4 +1,4 @@
-"""Reads behind a consumer group's operations (``broker.services.consumer_group_ops``): its
+"""Reads behind a consumer group's operations (``broker.services.consumption.group_ops``): its
 offsets per queue with their lag, where a reset to a time would move them, its dead letters
 (``%DLQ%{group}``) with their original messages, and the audit entries of its operations.
 

@@ -1,4 +1,4 @@
-"""Reads of an incident export (``broker.services.incident_export``): the transactions a
+"""Reads of an incident export (``broker.services.operations.incident_export``): the transactions a
 selection or a filter names (the stuck list's, the message search's, the audit log's), and
 about them their timelines, the audit log's entries and the latest reconciliation's anomalies.
 """

@@ -1,5 +1,5 @@
 """Reads of the reconciliation's stored summaries (``ReconciliationRun`` and its anomalies and
-analytics, written by ``broker.services.reconciliation``), for the API, the console and the
+analytics, written by ``broker.services.reconciliation.run``), for the API, the console and the
 overview. Every read is bounded by one run (its anomalies and analytics rows are indexed by
 run) or by a page of runs; nothing here reads the archive.
 

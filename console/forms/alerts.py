@@ -22,7 +22,7 @@ from broker.rules.alerts import (
 )
 from broker.services.alerts.rules import DESCRIPTION_MAX_LENGTH, REPEAT_INTERVAL_S_MAX
 from broker.services.alerts.silences import SILENCE_MAX_S
-from broker.services.audit import REASON_MAX_LENGTH
+from broker.services.operations.audit import REASON_MAX_LENGTH
 from console.forms.base import ServiceErrorsForm
 
 # Service error codes whose field is not named in ``details.field``.

@@ -1,7 +1,7 @@
 """The console's forms for topics, producer groups and consumer groups (admins only).
 
 The forms only parse what was typed; every rule (names, queue counts, reserved groups,
-attempts, uniqueness) is the service's (``broker.services.admin``), and a service's
+attempts, uniqueness) is the service's (``broker.services.topology.writes``), and a service's
 ``InvalidInput`` or ``Conflict`` comes back as an error on the field it is about
 (``ServiceErrorsForm.service_error_add``), so a bad input is a form error, never a 500.
 """
@@ -12,7 +12,7 @@ from django import forms
 
 from broker.errors import HalfmoonError
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
-from broker.services.admin import max_delivery_attempts_validate
+from broker.services.topology.writes import max_delivery_attempts_validate
 from console.forms.base import ServiceErrorsForm
 
 # Which field a service error code is about; other codes are errors of the whole form.
@@ -72,7 +72,7 @@ def _attempts_field(*, required: bool) -> forms.IntegerField:
 
 
 class TopicCreateForm(TopologyForm):
-    """A new topic: ``name`` and ``queue_nums`` (``broker.services.admin.topic_create``)."""
+    """A new topic: ``name`` and ``queue_nums`` (``broker.services.topology.writes.topic_create``)."""
 
     name = _name_field()
     queue_nums = _queue_nums_field()

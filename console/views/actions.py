@@ -1,11 +1,11 @@
 """Console pages: an operator's actions on one transaction (commit, rollback, resume checks,
 check now) and bulk actions (preview over a frozen set, confirm, live progress, report).
 
-Every write goes through ``broker.services.operator`` / ``broker.services.bulk``, which audit
+Every write goes through ``broker.services.transactions.operator`` / ``broker.services.operations.bulk``, which audit
 it; these views only read the form, call the service and say what happened. An operator scoped
 to producer groups (``console.permissions``) acts only on their transactions: one
 transaction's action is 403 on another group's, and its bulk previews leave the other groups'
-transactions out (``broker.services.bulk``, ``allowed_producer_groups``).
+transactions out (``broker.services.operations.bulk``, ``allowed_producer_groups``).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from broker.models import AuditEntry, Transaction
 from broker.rules.grants import scope_description
 from broker.selectors.audit import bulk_get, bulk_targets_page
 from broker.selectors.grants import bulk_target_producer_groups
-from broker.services.bulk import (
+from broker.services.operations.bulk import (
     BULK_ACTIONS,
     bulk_apply,
     bulk_preview_filter,
     bulk_preview_selection,
 )
-from broker.services.operator import OPERATOR_ACTIONS
+from broker.services.transactions.operator import OPERATOR_ACTIONS
 from console.forms.transactions import TransactionFilterForm, filters_from_form
 from console.permissions import (
     OperateAnyGroupRequired,

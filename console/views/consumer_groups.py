@@ -4,7 +4,7 @@ its offsets per queue with their lag, a reset of the offsets to a time and "skip
 group, and its dead-letter queue (resend one, or preview a frozen set and apply it with live
 progress).
 
-Every write goes through ``broker.services.consumer_group_ops``, which audits it; these views
+Every write goes through ``broker.services.consumption.group_ops``, which audits it; these views
 read the form, call the service and say what happened. Viewers see the pages without the
 controls; an operator scoped to consumer groups acts on their groups only
 (``ConsumerGroupOperateRequired``: 403 on another's).
@@ -30,7 +30,7 @@ from broker.selectors.consumer_groups import (
     dead_letters,
 )
 from broker.selectors.topology import consumer_group_get
-from broker.services.consumer_group_ops import (
+from broker.services.consumption.group_ops import (
     backlog_skip_preview,
     dead_letter_resend,
     dead_letters_apply,

@@ -1,6 +1,6 @@
 """Console: the incident export (``/console/export/``), a zip of the transactions a selection or
 a filter names, with their timelines, audit entries and reconciliation anomalies
-(``broker.services.incident_export``). Every console user may export what they may view.
+(``broker.services.operations.incident_export``). Every console user may export what they may view.
 
 - GET ``?kind=stuck&<the stuck list's filter>``, ``?kind=messages&<the message search>``,
   ``?kind=audit&<the audit log's filter>``: the transactions of that filter;
@@ -20,7 +20,10 @@ from django.views import View
 from broker.errors import InvalidInput
 from broker.models import now_ms
 from broker.selectors.incident import IncidentScope
-from broker.services.incident_export import incident_export_file, incident_export_filename
+from broker.services.operations.incident_export import (
+    incident_export_file,
+    incident_export_filename,
+)
 from console.forms.audit import AuditFilterForm, audit_filters_of
 from console.forms.messages import MessageSearchForm, message_query_fields
 from console.forms.transactions import TransactionFilterForm, filters_from_form

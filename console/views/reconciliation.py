@@ -2,7 +2,7 @@
 anomalies and charts (``/console/reconciliation/<id>/``), and "Run now" for operators.
 
 Reads come from ``broker.selectors.reconciliation``; "Run now" queues the pipeline worker's
-task through ``broker.services.reconciliation.reconciliation_run_queue`` (the run records the
+task through ``broker.services.reconciliation.run.reconciliation_run_queue`` (the run records the
 operator as its trigger, ``console:<username>``; with nothing settled the service records a
 SKIPPED run whose reason the list shows as the latest decision). Each anomaly's transaction id links to the
 transaction's console page (its timeline) while the database still holds the transaction;
@@ -36,7 +36,7 @@ from broker.selectors.reconciliation import (
     reconciliation_runs_page,
     transactions_present,
 )
-from broker.services.reconciliation import reconciliation_run_queue
+from broker.services.reconciliation.run import reconciliation_run_queue
 from console.permissions import OperateConsoleRequired, ViewConsoleRequired
 from console.views.actions import console_actor
 

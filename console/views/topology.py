@@ -4,7 +4,7 @@ clients seen over gRPC.
 The lists are for viewers and up (reads through ``broker.selectors.topology`` and
 ``broker.selectors.clients``); creating and
 editing is for admins (``ManageConsoleRequired``) and goes through the same services as the
-API (``broker.services.admin``). A service's ``InvalidInput`` or ``Conflict`` is shown as a
+API (``broker.services.topology.writes``). A service's ``InvalidInput`` or ``Conflict`` is shown as a
 form error (status 400); an unknown or broker-owned name is a 404.
 """
 
@@ -34,7 +34,7 @@ from broker.selectors.reconciliation import (
     reconciliation_run_latest_or_none,
 )
 from broker.selectors.topology import consumer_group_rows, producer_group_rows, topic_rows
-from broker.services import admin
+from broker.services.topology import writes as admin
 from console.forms.topology import (
     ConsumerGroupCreateForm,
     ConsumerGroupEditForm,

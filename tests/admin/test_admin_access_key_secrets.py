@@ -9,8 +9,8 @@ import pytest
 from rocketmq.v5.util.signature import Signature
 
 from broker.models import AccessKey
-from broker.services.access_key_secrets import access_key_secret_set, signature_authenticate
-from broker.services.admin import access_key_create
+from broker.services.access.secrets import access_key_secret_set, signature_authenticate
+from broker.services.topology.writes import access_key_create
 
 CHANGELIST = "/admin/broker/accesskey/"
 DATE_TIME = "20240102T030405Z"

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, AlertSilence
-from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
+from broker.services.topology.writes import producer_group_create
 from tests.admin.test_admin_site import add, change, form_errors
 from tests.services.alerts.conftest import tick
 from tests.support import prepare

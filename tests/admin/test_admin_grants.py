@@ -1,5 +1,5 @@
 """Operator grants in the Django admin (``broker.admin.grants``, ``AccessKeyAdmin``): set on a
-console user's and on an access key's page through ``broker.services.grants``, listed
+console user's and on an access key's page through ``broker.services.access.grants``, listed
 read-only; a bad group name is a form error."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from django.contrib.auth.models import Group
 from broker.models import AccessKey, OperatorGrant
 from broker.rules.grants import OperatorScope
 from broker.selectors.grants import operator_scope
-from broker.services.admin import access_key_create
-from broker.services.grants import operator_grants_set
+from broker.services.access.grants import operator_grants_set
+from broker.services.topology.writes import access_key_create
 from console.services import console_user_create
 
 KEY_ADD = "/admin/broker/accesskey/add/"

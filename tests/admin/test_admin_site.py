@@ -19,8 +19,8 @@ from broker.models import (
     Topic,
     Transaction,
 )
-from broker.services.admin import producer_group_create, topic_create
-from broker.services.storage import system_topic_ensure
+from broker.services.commitlog.storage import system_topic_ensure
+from broker.services.topology.writes import producer_group_create, topic_create
 from tests.api_helpers import send_half, send_message
 from tests.conftest import client_for
 from tests.support import check_server_running, due_at, round_for

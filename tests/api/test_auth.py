@@ -7,7 +7,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from broker.models import ProducerGroup
-from broker.services.admin import access_key_create, consumer_group_create, producer_group_create
+from broker.services.topology.writes import (
+    access_key_create,
+    consumer_group_create,
+    producer_group_create,
+)
 from tests.api_helpers import (
     ack,
     assert_error,

@@ -13,7 +13,7 @@ from django.db import connection
 
 from broker.constants import HALF_TOPIC
 from broker.models import Message, Resolution, Transaction
-from broker.services.admin import access_key_create, producer_group_create, topic_create
+from broker.services.topology.writes import access_key_create, producer_group_create, topic_create
 from tests.api_helpers import ERROR_KEYS, assert_error, end, key_client, post, send_half
 from tests.conftest import client_for
 from tests.support import prepare

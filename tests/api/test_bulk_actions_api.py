@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from broker.models import AuditEntry, Transaction
-from broker.services.admin import producer_group_create
-from broker.services.bulk import BULK_RUN_TASK, bulk_run
+from broker.services.operations.bulk import BULK_RUN_TASK, bulk_run
+from broker.services.topology.writes import producer_group_create
 from tests.api.test_scoped_operator_keys import scoped_key
 from tests.api_helpers import assert_error, post
 from tests.services.test_operator import discarded
@@ -76,7 +76,7 @@ def test_an_admin_previews_a_selection_and_nothing_changes_until_it_is_applied(
         other.pk: "done",
     }
     assert assert_error(post(owner, f"{URL}/{bulk['bulk_id']}/apply"), 409, "bulk_done")
-    assert BULK_RUN_TASK == "tasks.console.bulk_action_run"
+    assert BULK_RUN_TASK == "tasks.operations.bulk_action_run"
 
 
 def test_a_filter_freezes_what_matches_now_and_leaves_later_arrivals_alone(owner, groups):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from broker.models import AuditEntry, ConsumeQueue, ConsumerGroup, TransactionEvent, now_ms
-from broker.services.admin import consumer_group_create, producer_group_create
-from broker.services.reconciliation import RECONCILE_TASK
+from broker.services.reconciliation.run import RECONCILE_TASK
+from broker.services.topology.writes import consumer_group_create, producer_group_create
 from tests.api.test_scoped_operator_keys import scoped_key
 from tests.api_helpers import assert_error, post
 from tests.services.test_operator import discarded
@@ -73,7 +73,7 @@ def test_run_now_queues_a_reconciliation_named_after_the_key(
 ):
     sent = []
     monkeypatch.setattr(
-        "broker.services.reconciliation.current_app.send_task",
+        "broker.services.reconciliation.run.current_app.send_task",
         lambda name, **kwargs: sent.append((name, kwargs)),
     )
 

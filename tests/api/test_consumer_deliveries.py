@@ -8,7 +8,7 @@ import time
 import pytest
 
 from broker.models import Delivery, DeliveryEvent, Message
-from broker.services.admin import consumer_group_create
+from broker.services.topology.writes import consumer_group_create
 from tests.api_helpers import (
     ack,
     assert_error,

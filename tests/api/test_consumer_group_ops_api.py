@@ -8,9 +8,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from broker.models import AuditEntry, Delivery, Message, now_ms
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
 from tests.api.test_scoped_operator_keys import scoped_key
 from tests.api_helpers import assert_error, post
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 from broker.models import Delivery, Transaction
-from broker.services.resolution import transaction_discard
+from broker.services.transactions.resolution import transaction_discard
 from tests.api_helpers import ack, assert_error, end, post, receive, send_half, send_message
 
 RECEIVED_FIELDS = {

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from broker.services.admin import producer_group_create
+from broker.services.topology.writes import producer_group_create
 from tests.api.test_scoped_operator_keys import scoped_key
 from tests.api_helpers import assert_error, post
 from tests.support import prepare

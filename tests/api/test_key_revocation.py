@@ -25,7 +25,7 @@ from django.db import connection
 from broker import lookups
 from broker.lookups import access_key_by_hash
 from broker.models import AccessKey
-from broker.services.admin import access_key_create, access_key_update, token_hash
+from broker.services.topology.writes import access_key_create, access_key_update, token_hash
 from tests.conftest import client_for
 from tests.e2e.processes import database_url
 

@@ -31,8 +31,8 @@ from broker.plumbing.wakeups import (
     wakeup_publish,
 )
 from broker.services import checks
-from broker.services.admin import topic_create
-from broker.services.storage import message_visible_on_commit
+from broker.services.commitlog.storage import message_visible_on_commit
+from broker.services.topology.writes import topic_create
 from tests.api_helpers import end, post, send_half, send_message
 
 pytestmark = pytest.mark.django_db(transaction=True)  # commits must really happen

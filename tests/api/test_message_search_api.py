@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from broker.models import ArchiveSegment, ArchiveWatermark
-from broker.services.admin import producer_group_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import producer_group_create
 from tests.api_helpers import assert_error
 
 URL = "/api/v1/message-search"

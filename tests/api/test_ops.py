@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.api import urls as api_urls
 from broker.models import Transaction
-from broker.services.admin import producer_group_create
+from broker.services.topology.writes import producer_group_create
 from tests.api_helpers import ERROR_KEYS, assert_error, end, post, send_half
 from tests.conftest import client_for
 from tests.support import CheckServer, due_at, prepare, round_for

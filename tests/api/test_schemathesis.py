@@ -32,7 +32,8 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from broker.models import AccessKey
-from broker.services.admin import (
+from broker.services.alerts.rules import alert_rule_create
+from broker.services.topology.writes import (
     TOKEN_PREFIX,
     access_key_create,
     consumer_group_create,
@@ -40,8 +41,7 @@ from broker.services.admin import (
     token_hash,
     topic_create,
 )
-from broker.services.alerts.rules import alert_rule_create
-from broker.services.transactions import transaction_prepare
+from broker.services.transactions.half import transaction_prepare
 from tests.schema_bounds import wait_ms_bounded
 
 MAX_EXAMPLES = 25

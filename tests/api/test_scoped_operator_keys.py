@@ -9,8 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from broker.models import AuditEntry, Transaction
-from broker.services.admin import access_key_create, producer_group_create
-from broker.services.grants import operator_grants_set
+from broker.services.access.grants import operator_grants_set
+from broker.services.topology.writes import access_key_create, producer_group_create
 from tests.api_helpers import assert_error, post
 from tests.conftest import client_for
 from tests.services.test_operator import discarded

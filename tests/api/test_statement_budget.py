@@ -25,7 +25,7 @@ from broker.errors import TransactionAlreadyResolved
 from broker.lookups import access_key_generation_refresh
 from broker.models import ConsumeQueue, Message, Resolution, Transaction, TransactionEvent
 from broker.rules.states import TransactionState
-from broker.services.transaction_end import transaction_end
+from broker.services.transactions.end import transaction_end
 from tests.api_helpers import end, post, send_half
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ import pytest
 from django.db import transaction
 
 from broker.models import Message, Resolution, Transaction
-from broker.services.admin import producer_group_create
-from broker.services.resolution import transaction_discard
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.resolution import transaction_discard
 from tests.api_helpers import assert_error, end, key_client, post, receive, send_half
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"

@@ -30,8 +30,8 @@ from halfmoon_client import (
 )
 
 from broker.models import Transaction
-from broker.services.admin import access_key_create, consumer_group_create, topic_create
 from broker.services.checks import check_round
+from broker.services.topology.writes import access_key_create, consumer_group_create, topic_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -33,7 +33,7 @@ from halfmoon_client.batcher import Batcher
 
 from broker.models import Message as StoredMessage
 from broker.models import Transaction
-from broker.services.admin import access_key_create, consumer_group_create, topic_create
+from broker.services.topology.writes import access_key_create, consumer_group_create, topic_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,8 +21,8 @@ import pytest
 from broker.conf import conf
 from broker.constants import HALF_TOPIC
 from broker.models import Message, Transaction, TransactionEvent
-from broker.services.admin import access_key_create
 from broker.services.checks import check_round
+from broker.services.topology.writes import access_key_create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -14,8 +14,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from broker.models import ClientConnection, now_ms
-from broker.services.admin import consumer_group_create, producer_group_create, topic_create
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import (
+    consumer_group_create,
+    producer_group_create,
+    topic_create,
+)
+from broker.services.transactions.end import transaction_end
 from tests.console.overview.conftest import console_client
 from tests.support import due_at, prepare, round_for
 

@@ -29,9 +29,9 @@ from broker.plumbing.events import (
     announcements_coalesce,
     bulk_action_progress_publish,
 )
-from broker.services.batch import transaction_end_batch, transaction_prepare_batch
-from broker.services.transaction_end import transaction_end
-from broker.services.transactions import transaction_prepare
+from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.half import transaction_prepare
 from halfmoon.asgi import application
 
 ORIGIN = (b"origin", b"http://127.0.0.1")

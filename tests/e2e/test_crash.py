@@ -51,8 +51,8 @@ GROUP = "CrashGroup"
 
 SETUP_SCRIPT = """
 import json, os
-from broker.services.admin import producer_group_create, topic_create
-from broker.services.transactions import transaction_prepare
+from broker.services.topology.writes import producer_group_create, topic_create
+from broker.services.transactions.half import transaction_prepare
 topic_create(name=os.environ["CRASH_TOPIC"], queue_nums=4)
 url = os.environ["CRASH_CHECK_URL"]
 group = producer_group_create(name=os.environ["CRASH_GROUP"], check_url=url)

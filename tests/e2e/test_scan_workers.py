@@ -93,9 +93,9 @@ SHELL_SCRIPT = r"""
 import json, sys
 import django
 django.setup()
-from broker.services.admin import producer_group_create, topic_create
-from broker.services.transaction_end import transaction_end
-from broker.services.transactions import transaction_prepare
+from broker.services.topology.writes import producer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.half import transaction_prepare
 
 
 def handle(cmd):

@@ -23,8 +23,8 @@ from broker.models import (
     Transaction,
 )
 from broker.rules.states import TransactionState
-from broker.services.admin import access_key_create, consumer_group_create, topic_create
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.topology.writes import access_key_create, consumer_group_create, topic_create
 from tests.grpc.conftest import metadata
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -529,8 +529,8 @@ def test_anonymous_calls_are_refused_unless_allowed(stub, topic, grpc_settings):
 
 def test_a_key_may_not_send_for_another_group(grpc_server, stub, topic):
     from broker.grpc.convert import error_status
-    from broker.services.callers import caller_of_key
-    from broker.services.clients import grpc_producer_group_resolve
+    from broker.services.access.callers import caller_of_key
+    from broker.services.topology.clients import grpc_producer_group_resolve
 
     key, _ = access_key_create(name="orders-only", producer_groups=["G1", "G2"])
     with pytest.raises(Exception) as refused:

@@ -14,8 +14,8 @@ from broker.errors import Forbidden, NotFound
 from broker.grpc.group_commit import GroupCommit
 from broker.grpc.threads import Workers
 from broker.models import Message, Transaction
-from broker.services.admin import producer_group_create, topic_create
-from broker.services.batch import transaction_end_batch, transaction_prepare_batch
+from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
+from broker.services.topology.writes import producer_group_create, topic_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,7 +27,7 @@ from rocketmq import (
 from broker.models import ClientConnection, DeliveryEvent, Transaction, TransactionEvent
 from broker.models import Message as StoredMessage
 from broker.rules.states import TransactionState
-from broker.services.admin import consumer_group_create, topic_create
+from broker.services.topology.writes import consumer_group_create, topic_create
 from tests.support import due_at, round_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.models import Transaction
 from broker.rules.signatures import signature_compute
-from broker.services.access_key_secrets import access_key_secret_set
-from broker.services.admin import access_key_create, producer_group_create, topic_create
+from broker.services.access.secrets import access_key_secret_set
+from broker.services.topology.writes import access_key_create, producer_group_create, topic_create
 from tests.grpc.conftest import metadata
 from tests.grpc.test_calls import half, new_id, send
 
@@ -69,7 +69,7 @@ def test_a_signed_half_message_belongs_to_the_keys_group(stub, key_secret):
 
 
 def test_a_key_may_not_consume_for_a_group_it_does_not_hold(stub, key_secret):
-    from broker.services.admin import consumer_group_create
+    from broker.services.topology.writes import consumer_group_create
 
     consumer_group_create(name="C")
     request = spb.AckMessageRequest(

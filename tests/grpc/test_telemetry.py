@@ -16,7 +16,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from broker.grpc.telemetry import CONSUMER_BACKOFF_S, TelemetryRegistry, TelemetryStream
 from broker.models import ClientConnection
 from broker.plumbing.telemetry_bus import telemetry_commands_send, telemetry_server_id
-from broker.services.admin import consumer_group_create, topic_create
+from broker.services.topology.writes import consumer_group_create, topic_create
 from tests.grpc.conftest import metadata
 from tests.grpc.test_calls import half, new_id, send
 

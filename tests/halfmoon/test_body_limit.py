@@ -20,7 +20,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from broker.models import Topic, Transaction
-from broker.services.admin import access_key_create
+from broker.services.topology.writes import access_key_create
 from halfmoon.asgi import application
 from halfmoon.body_limit import BodyLimitMiddleware
 

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core.management import call_command
 
-from broker.services.admin import access_key_create
+from broker.services.topology.writes import access_key_create
 from halfmoon.asgi import static_files_app
 from halfmoon.serving import PooledHTTP
 

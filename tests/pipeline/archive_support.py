@@ -30,13 +30,17 @@ from broker.models import (
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES, SORT_COLUMNS
 from broker.rules.states import DiscardReason
-from broker.services.admin import consumer_group_create, producer_group_create, topic_create
 from broker.services.checks.outcomes import check_delivered_record
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
-from broker.services.op_messages import op_flush
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end, transaction_get_locked
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import (
+    consumer_group_create,
+    producer_group_create,
+    topic_create,
+)
+from broker.services.transactions.end import transaction_end, transaction_get_locked
+from broker.services.transactions.op_messages import op_flush
+from broker.services.transactions.resolution import transaction_discard
 from tests.support import prepare
 
 HOUR_MS = 3_600_000

@@ -30,7 +30,7 @@ from broker.models import (
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES
 from broker.services.archive.export import archive_export, closed_until, segment_start
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
 from tests.pipeline.archive_support import (
     MINUTE_MS,
     archive_rows,

@@ -24,16 +24,16 @@ from broker.models import (
 )
 from broker.pipeline.archive_io import table_read
 from broker.rules.op_body import op_body_parse
-from broker.services.admin import consumer_group_create, topic_create
 from broker.services.archive import prune as prune_module
 from broker.services.archive.export import archive_export_due, closed_until
 from broker.services.archive.prune import archive_prune
 from broker.services.checks import checkpoint_advance, half_queue_scan
-from broker.services.consumers import messages_receive
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_receive
 from broker.services.metrics import metrics_fold
 from broker.services.recovery import transactions_rebuild
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import consumer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
 from tests.console.conftest import signed_in
 from tests.pipeline.archive_support import (
     HOUR_MS,

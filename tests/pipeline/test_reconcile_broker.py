@@ -30,8 +30,12 @@ from broker.models import (
 )
 from broker.rules.anomalies import BUCKET_MS, AnomalyKind
 from broker.rules.op_body import op_body_format, op_body_parse
-from broker.services.admin import consumer_group_create, producer_group_create, topic_create
-from broker.services.storage import message_copy, message_put
+from broker.services.commitlog.storage import message_copy, message_put
+from broker.services.topology.writes import (
+    consumer_group_create,
+    producer_group_create,
+    topic_create,
+)
 from tasks.checks import check_half_queue
 from tasks.op_messages import op_flush_all_task
 from tasks.pipeline import archive_export, reconcile

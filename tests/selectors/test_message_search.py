@@ -19,11 +19,11 @@ from broker.selectors.message_search import (
     message_transaction_id,
     messages_search,
 )
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
-from broker.services.op_messages import op_flush
-from broker.services.transaction_end import transaction_end
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.op_messages import op_flush
 from tests.support import prepare
 
 pytestmark = pytest.mark.usefixtures("topic", "producer_group")

@@ -1,5 +1,5 @@
 """Access keys' RocketMQ SecretKeys and the MQv2-HMAC-SHA1 signature of gRPC calls
-(broker.services.access_key_secrets; manage.py access_key_secret, create_access_key --secret).
+(broker.services.access.secrets; manage.py access_key_secret, create_access_key --secret).
 Real PostgreSQL; the signatures are the ones the official Python client makes."""
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from rocketmq.v5.util.signature import Signature
 
 from broker.errors import NotFound, Unauthorized
 from broker.models import AccessKey
-from broker.services.access_key_secrets import (
+from broker.services.access.secrets import (
     access_key_secret_clear,
     access_key_secret_encryption_check,
     access_key_secret_set,
     signature_authenticate,
 )
-from broker.services.admin import access_key_create
+from broker.services.topology.writes import access_key_create
 from halfmoon.security import DEVELOPMENT_SECRET_KEY
 
 DATE_TIME = "20240102T030405Z"
@@ -355,7 +355,7 @@ import django
 django.setup()
 from rocketmq.v5.util.signature import Signature
 from broker.errors import Unauthorized
-from broker.services.access_key_secrets import signature_authenticate
+from broker.services.access.secrets import signature_authenticate
 
 name, secret, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 date_time = "20240102T030405Z"

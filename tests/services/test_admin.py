@@ -1,4 +1,4 @@
-"""Operators' writes (broker/services/admin.py) beyond what the API tests cover: growing a
+"""Operators' writes (broker/services/topology/writes.py) beyond what the API tests cover: growing a
 topic, changing a consumer group or an access key, and the queue_nums bound at its edges."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from broker.errors import InvalidInput, NotFound
 from broker.lookups import access_key_by_hash, consumer_group_by_name, topic_by_name
 from broker.models import ConsumeQueue, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
-from broker.services.admin import (
+from broker.services.commitlog.storage import system_topic_ensure
+from broker.services.topology.writes import (
     access_key_create,
     access_key_update,
     consumer_group_create,
@@ -18,7 +19,6 @@ from broker.services.admin import (
     topic_create,
     topic_update,
 )
-from broker.services.storage import system_topic_ensure
 
 
 def queue_ids(topic: str) -> list[int]:

@@ -1,5 +1,5 @@
 """The operators' audit log: every console and API action is recorded once with who, when,
-what, why and the result (``broker.services.audit``), and read back filtered and paged
+what, why and the result (``broker.services.operations.audit``), and read back filtered and paged
 (``broker.selectors.audit``)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from django.contrib.admin.sites import site
 from broker.errors import InvalidInput, TransactionAlreadyResolved
 from broker.models import AuditEntry, AuditTarget, TransactionEvent
 from broker.selectors.audit import audit_entries, bulk_get, bulk_targets_page
-from broker.services.bulk import bulk_preview_selection
-from broker.services.operator import (
+from broker.services.operations.bulk import bulk_preview_selection
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.operator import (
     transaction_check_now,
     transaction_operator_resolve,
 )
-from broker.services.transaction_end import transaction_end
 from tests.support import prepare
 
 

@@ -1,4 +1,4 @@
-"""Bulk operator actions (``broker.services.bulk``): a preview freezes the set, the run acts on
+"""Bulk operator actions (``broker.services.operations.bulk``): a preview freezes the set, the run acts on
 that set only, reports each transaction, publishes its progress and can be resumed."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ import pytest
 
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import AuditEntry, Resolution, Transaction, TransactionEvent
-from broker.services import bulk as bulk_service
-from broker.services.bulk import (
+from broker.services.operations import bulk as bulk_service
+from broker.services.operations.bulk import (
     bulk_apply,
     bulk_preview_filter,
     bulk_preview_selection,
     bulk_run,
 )
 from broker.services.recovery import transactions_rebuild
-from broker.services.transaction_end import transaction_end
-from tasks.console import bulk_action_run
+from broker.services.transactions.end import transaction_end
+from tasks.operations import bulk_action_run
 from tests.services.test_operator import discarded
 from tests.support import prepare
 

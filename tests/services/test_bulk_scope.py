@@ -1,4 +1,4 @@
-"""Bulk previews of an operator scoped to producer groups (``broker.services.bulk``,
+"""Bulk previews of an operator scoped to producer groups (``broker.services.operations.bulk``,
 ``allowed_producer_groups``): the other groups' transactions are left out of the frozen set,
 the entry's scope says how many and of which groups, and only an operator of every target's
 group confirms it."""
@@ -9,14 +9,14 @@ import pytest
 
 from broker.errors import Forbidden, InvalidInput
 from broker.models import AuditEntry, Transaction
-from broker.services.admin import producer_group_create
-from broker.services.bulk import (
+from broker.services.operations.bulk import (
     bulk_apply,
     bulk_preview_filter,
     bulk_preview_selection,
     bulk_run,
     excluded_text,
 )
+from broker.services.topology.writes import producer_group_create
 from tests.services.test_operator import discarded
 from tests.support import prepare
 

@@ -1,4 +1,4 @@
-"""The RocketMQ clients seen over gRPC (broker/services/clients.py): rows written by settings,
+"""The RocketMQ clients seen over gRPC (broker/services/topology/clients.py): rows written by settings,
 heartbeats and disconnections, and the producer group a gRPC caller sends as."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import pytest
 
 from broker.errors import Forbidden, NotFound
 from broker.models import ClientConnection, ProducerGroup
-from broker.services.admin import access_key_create, producer_group_create, topic_create
-from broker.services.callers import ANONYMOUS, caller_of_key
-from broker.services.clients import (
+from broker.services.access.callers import ANONYMOUS, caller_of_key
+from broker.services.topology.clients import (
     client_disconnect,
     client_heartbeat,
     client_producer_groups,
@@ -19,6 +18,7 @@ from broker.services.clients import (
     grpc_producer_group_resolve,
     grpc_sender_group,
 )
+from broker.services.topology.writes import access_key_create, producer_group_create, topic_create
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Consumer-group operations (broker.services.consumer_group_ops): an offset reset to a time
+"""Consumer-group operations (broker.services.consumption.group_ops): an offset reset to a time
 (previewed, frozen, applied against concurrent receives and acks), skipping the backlog, a
 resend to one group, and the dead-letter queue's resends (one, or a frozen set)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-import broker.services.bulk as bulk_service
+import broker.services.operations.bulk as bulk_service
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import (
     AuditEntry,
@@ -22,8 +22,8 @@ from broker.models import (
     Message,
     now_ms,
 )
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumer_group_ops import (
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.group_ops import (
     backlog_skip_preview,
     dead_letter_resend,
     dead_letters_apply,
@@ -33,8 +33,8 @@ from broker.services.consumer_group_ops import (
     offset_reset_apply,
     offset_reset_preview,
 )
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
 
 OLGA = "console:olga"
 INVISIBLE = 60_000

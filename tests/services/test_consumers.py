@@ -1,4 +1,4 @@
-"""SimpleConsumer semantics (api-v1 "Consumers"): broker.services.consumers, and a few through
+"""SimpleConsumer semantics (api-v1 "Consumers"): broker.services.consumption.receive, and a few through
 the API. Invisibility is made to expire by moving ``Delivery.invisible_until_timestamp`` back,
 never by sleeping."""
 
@@ -16,10 +16,10 @@ from broker.constants import (
     PROPERTY_RETRY_TOPIC,
 )
 from broker.models import Delivery, DeliveryEvent, Message, now_ms
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
-from broker.services.transaction_end import transaction_end
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
 from tests.support import prepare
 
 INVISIBLE = 10_000

@@ -1,4 +1,4 @@
-"""A consumer's operations on one delivery by its receipt handle (broker.services.deliveries):
+"""A consumer's operations on one delivery by its receipt handle (broker.services.consumption.deliveries):
 change its invisible duration (RocketMQ 5 ChangeInvisibleDuration) and forward it to the DLQ
 (ForwardMessageToDeadLetterQueue). Invisibility is ended through the service's own parameter
 (a duration of 0) or by moving ``Delivery.invisible_until_timestamp`` back; the one test of a
@@ -19,14 +19,14 @@ from broker.constants import (
 )
 from broker.errors import InvalidInput, NotFound
 from broker.models import Delivery, DeliveryEvent, Message, now_ms
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.deliveries import (
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.deliveries import (
     CHANGE_INVISIBLE_DURATION_MS,
     delivery_dead_letter,
     delivery_invisible_change,
 )
-from broker.services.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
 
 INVISIBLE = 10_000
 

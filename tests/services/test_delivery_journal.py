@@ -1,4 +1,4 @@
-"""The delivery journal (DeliveryEvent, broker.services.consumers): every hand-out (each
+"""The delivery journal (DeliveryEvent, broker.services.consumption.receive): every hand-out (each
 attempt), ack and dead letter of a consumer group, written with the receive or ack itself, and
 the transaction timeline's consumer entries read from it."""
 
@@ -9,10 +9,10 @@ from django.db import transaction
 
 from broker.models import Delivery, DeliveryEvent, Message
 from broker.selectors.timeline import transaction_timeline
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
-from broker.services.transaction_end import transaction_end
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
 from tests.support import prepare
 
 

@@ -1,4 +1,4 @@
-"""Late ends are journalled (broker.services.transaction_end.transaction_end): a producer's or a
+"""Late ends are journalled (broker.services.transactions.end.transaction_end): a producer's or a
 check answer's commit or rollback refused because the transaction had already ended answers
 409 as before and leaves a ``TransactionEvent`` ``end_refused`` behind; a repeated identical end
 is not refused and leaves nothing. The rebuild and /metrics ignore it as a check."""
@@ -13,8 +13,8 @@ from broker.models import TransactionEvent
 from broker.rules.states import DiscardReason
 from broker.selectors.timeline import transaction_timeline
 from broker.services.recovery import transactions_rebuild
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end, transaction_get_locked
+from broker.services.transactions.end import transaction_end, transaction_get_locked
+from broker.services.transactions.resolution import transaction_discard
 from tests.api_helpers import assert_error, end, send_half
 from tests.support import prepare
 

@@ -1,4 +1,4 @@
-"""Operator grants: written by ``broker.services.grants.operator_grants_set``, read by
+"""Operator grants: written by ``broker.services.access.grants.operator_grants_set``, read by
 ``broker.selectors.grants`` (the scope of a console user or an access key)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from broker.selectors.grants import (
     operator_grants,
     operator_scope,
 )
-from broker.services.admin import access_key_create, producer_group_create
-from broker.services.bulk import bulk_preview_selection
-from broker.services.grants import operator_grants_set
+from broker.services.access.grants import operator_grants_set
+from broker.services.operations.bulk import bulk_preview_selection
+from broker.services.topology.writes import access_key_create, producer_group_create
 from tests.support import prepare
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,9 @@ from broker.errors import InvalidInput
 from broker.models import ReconciliationAnomaly, ReconciliationRun, now_ms
 from broker.selectors import incident
 from broker.selectors.incident import IncidentScope
-from broker.services.incident_export import incident_export_file
-from broker.services.operator import transaction_check_now
-from broker.services.transaction_end import transaction_end
+from broker.services.operations.incident_export import incident_export_file
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.operator import transaction_check_now
 from tests.services.test_operator import discarded
 from tests.support import prepare
 

@@ -1,5 +1,5 @@
 """A normal message sent with the producer's own message id (a RocketMQ 5 client's): the id is
-kept, and a resend of it is stored once (broker/services/messages.py)."""
+kept, and a resend of it is stored once (broker/services/commitlog/messages.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from broker.errors import InvalidInput
 from broker.models import Message
-from broker.services.admin import topic_create
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.topology.writes import topic_create
 
 pytestmark = pytest.mark.django_db
 

@@ -29,11 +29,14 @@ from broker.models import (
     TransactionEvent,
     now_ms,
 )
-from broker.services.admin import producer_group_create, topic_create
 from broker.services.metrics import HORIZON_LOCK_TIMEOUT_MS, metrics_rollup_reset
-from broker.services.operator import transaction_operator_resolve, transaction_resume_check
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.operator import (
+    transaction_operator_resolve,
+    transaction_resume_check,
+)
+from broker.services.transactions.resolution import transaction_discard
 from tests.support import prepare
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

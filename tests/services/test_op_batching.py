@@ -5,8 +5,8 @@ from __future__ import annotations
 from broker.constants import OP_HALF_TOPIC
 from broker.models import Message, Resolution
 from broker.rules.op_body import op_body_parse
-from broker.services.op_messages import op_flush, op_flush_all
-from broker.services.transaction_end import transaction_end
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.op_messages import op_flush, op_flush_all
 from tests.support import prepare
 
 

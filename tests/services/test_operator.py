@@ -1,5 +1,5 @@
 """Operator actions (api-v1 ``resolve`` and ``resume-check``): the services in
-``broker.services.operator`` and their admin-only endpoints.
+``broker.services.transactions.operator`` and their admin-only endpoints.
 
 Every scenario ends with a dry-run rebuild (``broker.services.recovery``) that must find the
 derived ``Transaction`` rows equal to what the logs say: an operator action leaves its
@@ -37,16 +37,16 @@ from broker.models import (
 )
 from broker.rules.states import DiscardReason
 from broker.services import checks
-from broker.services.admin import producer_group_create
-from broker.services.audit import NO_REASON_GIVEN
-from broker.services.operator import (
+from broker.services.operations.audit import NO_REASON_GIVEN
+from broker.services.recovery import transactions_rebuild
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.operator import (
     transaction_check_now,
     transaction_operator_resolve,
     transaction_resume_check,
 )
-from broker.services.recovery import transactions_rebuild
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end
+from broker.services.transactions.resolution import transaction_discard
 from tests.api_helpers import assert_error, post
 from tests.services.test_races import _run_together
 from tests.support import CheckServer, answer_state, prepare, round_at

@@ -1,6 +1,6 @@
 """PostgreSQL plans the broker's per-send and per-end statements once per connection
 (``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): their parameters are bound
-server-side (``broker.services.sql.statement_cursor``) and psycopg prepares a statement
+server-side (``broker.plumbing.sql.statement_cursor``) and psycopg prepares a statement
 once it has run that many times on a connection. Without it each
 send and each end re-plans its whole CTE (1.5-2.5 ms of PostgreSQL CPU apiece on these
 machines, docs/operations.md "Prepared statements")."""
@@ -44,7 +44,7 @@ def test_a_send_and_an_end_run_often_are_prepared_statements(owner, topic, produ
 
 def plan_of(sql: str, params: list) -> str:
     """PostgreSQL's plan of ``sql`` (EXPLAIN, parameters bound server-side as a send's)."""
-    from broker.services.sql import statement_cursor
+    from broker.plumbing.sql import statement_cursor
 
     with statement_cursor() as cursor:
         cursor.execute(f"EXPLAIN {sql}", params)
@@ -68,7 +68,7 @@ def test_an_end_locks_each_transaction_by_its_own_lookup_whatever_the_table_held
     transaction (bench/throughput.py's batches 2,600 messages/s instead of 3,800; docs/
     design.md "Prepared statements on growing tables"). Each item's row is now locked by a
     lookup of its own, in id order, which no plan can turn into a scan of the table per end."""
-    from broker.services.resolution import PreparedEnd, _resolve_sql
+    from broker.services.transactions.resolution import PreparedEnd, _resolve_sql
 
     end = PreparedEnd("0" * 32, "G", "commit", "producer", "")
     sql, params = _resolve_sql([end], from_state="PREPARED")

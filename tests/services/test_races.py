@@ -18,11 +18,11 @@ from broker.errors import Conflict, HalfmoonError
 from broker.models import ConsumeQueue, Message, Resolution, Transaction
 from broker.rules.op_body import op_body_parse
 from broker.services import checks
-from broker.services.admin import access_key_create, producer_group_create, topic_create
-from broker.services.messages import message_send
-from broker.services.op_messages import op_flush
-from broker.services.transaction_end import transaction_end
-from broker.services.transactions import transaction_prepare
+from broker.services.commitlog.messages import message_send
+from broker.services.topology.writes import access_key_create, producer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.half import transaction_prepare
+from broker.services.transactions.op_messages import op_flush
 from tests.support import prepare
 
 pytestmark = pytest.mark.django_db(transaction=True)

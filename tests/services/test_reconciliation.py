@@ -1,4 +1,4 @@
-"""Running the reconciliation (``broker.services.reconciliation``): the window and its
+"""Running the reconciliation (``broker.services.reconciliation.run``): the window and its
 defaults, one run at a time, failures, the decision not to run recorded as a skipped run,
 storing a result (the real job's, and constructed ones), the beat entry and task, and the
 Spark progress tracker."""
@@ -31,8 +31,8 @@ from broker.pipeline.result import ReconcileResult
 from broker.plumbing.leases import lease_acquire
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
-from broker.services import reconciliation as service
-from broker.services.reconciliation import (
+from broker.services.reconciliation import run as service
+from broker.services.reconciliation.run import (
     RECONCILE_LEASE,
     RECONCILE_TASK,
     ReconciliationSkipped,
@@ -41,7 +41,7 @@ from broker.services.reconciliation import (
     reconciliation_run_queue,
     reconciliation_run_scheduled,
 )
-from broker.services.reconciliation_window import reconciliation_params, reconciliation_window
+from broker.services.reconciliation.window import reconciliation_params, reconciliation_window
 from tasks.celery import app as celery_app
 from tests.services.reconciliation_runs import (  # the fixture fake_job, too
     HOUR,

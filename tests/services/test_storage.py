@@ -1,4 +1,4 @@
-"""broker.services.storage.message_copy: the one way a stored message is copied to another
+"""broker.services.commitlog.storage.message_copy: the one way a stored message is copied to another
 topic (commit, discard, resume, dead letter). The copy keeps what the producer sent and gets
 its own place in the commit log."""
 
@@ -9,7 +9,7 @@ from django.db import IntegrityError, transaction
 
 from broker.constants import SYS_FLAG_TRANSACTION_COMMIT_TYPE
 from broker.models import Message, Topic
-from broker.services.storage import message_copy, message_put
+from broker.services.commitlog.storage import message_copy, message_put
 
 
 def _stored(*, body: bytes = b"\x00\xffbinary", body_is_text: bool = False) -> Message:

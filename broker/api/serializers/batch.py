@@ -24,7 +24,7 @@ class TransactionEndBatchItemInSerializer(TransactionEndInSerializer):
 class BatchInSerializer(serializers.Serializer):
     """The envelope of a batch request: ``{<list_field>: [item, ...]}``. Items are left as sent
     (any JSON value) for ``item_serializer``; their count is checked by
-    ``broker.services.batch.batch_size_check``."""
+    ``broker.services.commitlog.batch.batch_size_check``."""
 
     list_field: str
     item_serializer: type[serializers.Serializer]

@@ -1,5 +1,5 @@
 """Shapes of the bulk actions in the API (``/api/v1/bulk-actions``): the console's bulk commit,
-rollback and resume-check over a frozen, previewed set (``broker.services.bulk``)."""
+rollback and resume-check over a frozen, previewed set (``broker.services.operations.bulk``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from broker.api.serializers.fields import (
 from broker.models import AuditEntry
 from broker.rules.states import DiscardReason
 from broker.selectors.transactions import STUCK_STATES
-from broker.services.bulk import BULK_ACTIONS, BULK_MAX_TARGETS
+from broker.services.operations.bulk import BULK_ACTIONS, BULK_MAX_TARGETS
 
 BULK_STATES = [
     AuditEntry.State.PREVIEWED,
@@ -25,7 +25,7 @@ BULK_STATES = [
     AuditEntry.State.RUNNING,
     AuditEntry.State.DONE,
 ]
-"""A bulk action's states, in their order (``broker.services.bulk``)."""
+"""A bulk action's states, in their order (``broker.services.operations.bulk``)."""
 
 Q_MAX_LENGTH = 1024  # as the console's stuck-list filter (console.forms.transactions)
 

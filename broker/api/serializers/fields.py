@@ -12,7 +12,7 @@ from rest_framework.utils import html
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from broker.constants import MSG_ID_PATTERN, NAME_PATTERN
-from broker.services.audit import REASON_MAX_LENGTH
+from broker.services.operations.audit import REASON_MAX_LENGTH
 
 
 class CompiledRegexValidator(RegexValidator):

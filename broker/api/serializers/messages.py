@@ -19,7 +19,7 @@ from broker.constants import (
 from broker.models import (
     Message,
 )
-from broker.services.deliveries import CHANGE_INVISIBLE_DURATION_MS
+from broker.services.consumption.deliveries import CHANGE_INVISIBLE_DURATION_MS
 
 
 def body_fields(message: Message) -> dict[str, str]:
@@ -105,7 +105,7 @@ class ChangeInvisibleDurationInSerializer(serializers.Serializer):
 
 
 class ChangeInvisibleDurationOutSerializer(serializers.Serializer):
-    """``broker.services.deliveries.InvisibleChanged``: the new receipt handle (the old one no
+    """``broker.services.consumption.deliveries.InvisibleChanged``: the new receipt handle (the old one no
     longer works) and when the message becomes visible again (ms)."""
 
     receipt_handle = serializers.CharField()
@@ -172,7 +172,7 @@ class MessageOutSerializer(StoredMessageSerializer):
 
 
 class ReceivedMessageSerializer(StoredMessageSerializer):
-    """A message handed to a consumer (``broker.services.consumers.Received``)."""
+    """A message handed to a consumer (``broker.services.consumption.receive.Received``)."""
 
     delivery_attempt = serializers.IntegerField()
     receipt_handle = serializers.CharField()

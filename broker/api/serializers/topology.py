@@ -14,7 +14,7 @@ from broker.models import (
     Topic,
 )
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, system_topic_pattern
-from broker.services.admin import RESERVED_GROUP_PREFIXES
+from broker.services.topology.writes import RESERVED_GROUP_PREFIXES
 
 
 class NewNameInSerializer(serializers.Serializer):
@@ -32,7 +32,7 @@ class TopicInSerializer(NewNameInSerializer):
 
 
 RESERVED_GROUP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in RESERVED_GROUP_PREFIXES) + ")"
-"""The group names ``broker.services.admin.group_name_validate`` refuses (reserved_group)."""
+"""The group names ``broker.services.topology.writes.group_name_validate`` refuses (reserved_group)."""
 
 
 class ProducerGroupInSerializer(NewNameInSerializer):

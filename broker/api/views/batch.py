@@ -4,7 +4,7 @@
 Each view validates the envelope (400, and ``batch_size_check``: 400 ``batch_empty`` or
 ``batch_too_large``, nothing stored; 413 above the body limit, ``LimitedJSONParser``), then
 each item as the single endpoint does (its serializer, then its permission check), calls one
-service of ``broker.services.batch`` (set-based: one statement for the batch) and answers 200
+service of ``broker.services.commitlog.batch`` (set-based: one statement for the batch) and answers 200
 ``{"results": [...]}``: per item ``{"status": 201|200, "body": {...}}`` with the single
 endpoint's status and body, or ``{"status": 4xx, "error": {...}}`` with the single endpoint's
 error status and error object (``broker.api.exceptions``), for that item alone.
@@ -51,7 +51,7 @@ from broker.api.shapes import represented, validated
 from broker.api.views.base import error_responses
 from broker.conf import conf
 from broker.errors import HalfmoonError
-from broker.services import batch
+from broker.services.commitlog import batch
 
 # --- OpenAPI shapes of the batch serializers ---------------------------------------------------
 

@@ -1,6 +1,6 @@
 """api-v1 additions: the console's bulk actions (``docs/api.md`` "Bulk actions"): preview a
 bulk commit, rollback or resume-check over a selection or the stuck list's filter (the frozen
-set), read it and its targets, confirm it. Every step goes through ``broker.services.bulk``,
+set), read it and its targets, confirm it. Every step goes through ``broker.services.operations.bulk``,
 which audits it (actor ``operator:<key name>``, via ``api``). An admin key operates every
 producer group; a key with operator grants only its own, as in the console: its previews leave
 the other groups' transactions out and say so, and it confirms only a bulk within its groups."""
@@ -26,7 +26,7 @@ from broker.api.views.base import error_responses
 from broker.api.views.transactions import TransactionPagination
 from broker.models import AuditEntry
 from broker.selectors.audit import bulk_get
-from broker.services.bulk import bulk_apply, bulk_preview_filter, bulk_preview_selection
+from broker.services.operations.bulk import bulk_apply, bulk_preview_filter, bulk_preview_selection
 
 _SCOPED = (
     " An admin key operates every producer group; a key with operator grants "

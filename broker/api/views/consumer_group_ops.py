@@ -2,7 +2,7 @@
 operations"): its offsets, a reset of its offsets to a time and "skip the backlog" (previewed,
 then applied with a reason), a resend of one message to the group, and its dead-letter queue
 (list, resend one, preview a frozen set and apply it with progress). Every write goes through
-``broker.services.consumer_group_ops``, which audits it (actor ``operator:<key name>``, via
+``broker.services.consumption.group_ops``, which audits it (actor ``operator:<key name>``, via
 ``api``). An admin key operates every consumer group; a key with operator grants only its own
 (another group: 403). Reads need an admin or operator key."""
 
@@ -43,7 +43,7 @@ from broker.selectors.consumer_groups import (
     message_to_resend,
 )
 from broker.selectors.topology import consumer_group_get
-from broker.services.consumer_group_ops import (
+from broker.services.consumption.group_ops import (
     backlog_skip_preview,
     dead_letter_resend,
     dead_letters_apply,

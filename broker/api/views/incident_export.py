@@ -1,7 +1,7 @@
 """api-v1 addition: the incident export (``POST /api/v1/incident-exports``), the console's
 ``/console/export/`` for programs: a zip of the transactions of a selection or a filter, their
 timelines, audit entries and the latest reconciliation's anomalies
-(``broker.services.incident_export``). An admin key exports any transaction; a key with
+(``broker.services.operations.incident_export``). An admin key exports any transaction; a key with
 producer groups, or operating some, those of its groups."""
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from broker.api.shapes import validated
 from broker.api.views.base import error_responses
 from broker.models import now_ms
 from broker.selectors.incident import IncidentScope
-from broker.services.incident_export import incident_export_file, incident_export_filename
+from broker.services.operations.incident_export import (
+    incident_export_file,
+    incident_export_filename,
+)
 
 
 class ZipRenderer(BaseRenderer):

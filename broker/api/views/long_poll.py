@@ -54,7 +54,8 @@ from broker.plumbing.polling import (
 from broker.plumbing.wakeup_listeners import WakeupHub
 from broker.plumbing.wakeups import check_requests_channel, topic_channel
 from broker.selectors.topology import producer_group_get
-from broker.services import checks, consumers
+from broker.services import checks
+from broker.services.consumption import receive as consumers
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from broker.api.serializers.messages import (
 from broker.api.shapes import represented, validated
 from broker.api.views.base import ERRORS, error_responses
 from broker.selectors.messages import message_get, messages_by_key
-from broker.services import consumers, deliveries, messages
+from broker.services.commitlog import messages
+from broker.services.consumption import deliveries
+from broker.services.consumption import receive as consumers
 
 
 class MessageListCreateView(APIView):

@@ -28,7 +28,7 @@ from broker.selectors.reconciliation import (
     reconciliation_run_latest,
     reconciliation_runs_page,
 )
-from broker.services.reconciliation import reconciliation_run_queue
+from broker.services.reconciliation.run import reconciliation_run_queue
 
 
 class _ReconciliationRunView(APIView):

@@ -34,7 +34,7 @@ from broker.selectors.topology import (
     topic_list,
     topic_queue_offsets,
 )
-from broker.services import admin
+from broker.services.topology import writes as admin
 
 
 class TopicListCreateView(AdminListCreateView):

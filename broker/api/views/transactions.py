@@ -42,9 +42,9 @@ from broker.api.views.base import error_responses
 from broker.errors import Forbidden
 from broker.selectors.timeline import transaction_timeline
 from broker.selectors.transactions import transaction_get, transaction_list
-from broker.services import operator
-from broker.services.transaction_end import transaction_end
-from broker.services.transactions import transaction_prepare
+from broker.services.transactions import operator
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.half import transaction_prepare
 
 
 class TransactionPagination(PageNumberPagination):

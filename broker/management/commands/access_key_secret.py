@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from broker.errors import HalfmoonError
-from broker.services.access_key_secrets import (
+from broker.services.access.secrets import (
     access_key_secret_clear,
     access_key_secret_encryption_check,
     access_key_secret_set,

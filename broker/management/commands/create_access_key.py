@@ -10,12 +10,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from broker.errors import HalfmoonError
-from broker.services.access_key_secrets import (
+from broker.services.access.grants import operator_grants_set
+from broker.services.access.secrets import (
     access_key_secret_encryption_check,
     access_key_secret_set,
 )
-from broker.services.admin import access_key_create
-from broker.services.grants import operator_grants_set
+from broker.services.topology.writes import access_key_create
 
 
 class Command(BaseCommand):

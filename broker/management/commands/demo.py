@@ -59,10 +59,10 @@ from broker.selectors.reconciliation import (
     reconciliation_anomalies,
     reconciliation_run_by_trigger,
 )
-from broker.services.admin import access_key_create
 from broker.services.archive.watermark import archived_until_or_none
-from broker.services.reconciliation import reconciliation_run_queue
-from broker.services.reconciliation_window import reconciliation_settle_ms
+from broker.services.reconciliation.run import reconciliation_run_queue
+from broker.services.reconciliation.window import reconciliation_settle_ms
+from broker.services.topology.writes import access_key_create
 
 T = TypeVar("T")
 

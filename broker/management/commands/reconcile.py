@@ -1,5 +1,5 @@
 """``manage.py reconcile [--since ISO8601|ms] [--until ISO8601|ms]``: run the reconciliation
-now (``broker.services.reconciliation.reconciliation_run``, trigger ``command``) on
+now (``broker.services.reconciliation.run.reconciliation_run``, trigger ``command``) on
 HALFMOON_SPARK_MASTER, with a progress bar fed by Spark's status tracker, then print the run's
 summary: transactions by final state, anomalies by kind, where its Parquet output lies.
 
@@ -22,7 +22,7 @@ from broker.models import ReconciliationRun
 from broker.pipeline.progress import ProgressEvent
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
-from broker.services.reconciliation import reconciliation_run
+from broker.services.reconciliation.run import reconciliation_run
 
 
 def timestamp_ms(text: str) -> int:

@@ -14,8 +14,8 @@ from django.db import transaction
 
 from broker.errors import InvalidInput, not_found
 from broker.models import AlertNotification, AlertReceiver
-from broker.services.admin import created_once, name_validate
 from broker.services.alerts.webhooks import webhook_url_validate
+from broker.services.topology.writes import created_once, name_validate
 
 EMAILS_MAX = 50
 

@@ -23,7 +23,7 @@ from broker.rules.alerts import (
     AlertSeverity,
     Subject,
 )
-from broker.services.admin import created_once, name_validate
+from broker.services.topology.writes import created_once, name_validate
 
 REPEAT_INTERVAL_S_MAX = 30 * 86_400
 """Longest reminder interval a rule may set (30 days)."""

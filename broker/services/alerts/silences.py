@@ -1,6 +1,6 @@
 """Silences: an operator stops the notifications of one rule's alerts on one group (or every
 group of the rule) for a time, with a reason. Each silence, and each one ended early, is an
-entry of the operators' audit log (``broker.services.audit``), written in the same database
+entry of the operators' audit log (``broker.services.operations.audit``), written in the same database
 transaction as the silence itself.
 
 A silence suppresses firing notifications and reminders while it lasts; a resolution whose
@@ -15,7 +15,7 @@ from broker.errors import Conflict, InvalidInput, NotFound, silence_not_found
 from broker.models import Alert, AlertSilence, AuditEntry, now_ms
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
-from broker.services.audit import actor_checked, audit_entry_record, reason_checked
+from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
 
 SILENCE_MAX_S = 30 * 86_400
 """Longest silence (30 days)."""

@@ -16,9 +16,9 @@ from broker.models import (
     Message,
     Resolution,
     Transaction,
-    TransactionState,
 )
 from broker.rules.op_body import op_body_parse
+from broker.rules.states import TransactionState
 
 logger = logging.getLogger("halfmoon.checks")
 

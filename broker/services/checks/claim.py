@@ -19,14 +19,14 @@ from broker.models import (
     Message,
     ProducerGroup,
     Transaction,
-    TransactionState,
     now_ms,
 )
 from broker.plumbing.wakeups import check_requests_channel, wakeup_on_commit
 from broker.rules.checks import discard_reason, next_check_after_check
+from broker.rules.states import TransactionState
 from broker.services.checks.payload import CheckJob, check_payload
 from broker.services.checks.rate_limit import check_rate_limit
-from broker.services.resolution import transaction_discard
+from broker.services.transactions.resolution import transaction_discard
 
 logger = logging.getLogger("halfmoon.checks")
 

@@ -24,13 +24,19 @@ from django.db.models import F
 
 from broker.conf import conf
 from broker.errors import HalfmoonError
-from broker.models import ProducerGroup, Transaction, TransactionEvent, TransactionState, now_ms
+from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
 from broker.rules.checks import backoff_ms
-from broker.rules.states import RESOLVING_ACTIONS, CheckAnswer, ResolvedBy, state_of_action
+from broker.rules.states import (
+    RESOLVING_ACTIONS,
+    CheckAnswer,
+    ResolvedBy,
+    TransactionState,
+    state_of_action,
+)
 from broker.services.checks.payload import CheckOutcome
-from broker.services.resolution import transaction_resolve_locked
-from broker.services.transaction_end import transaction_end
-from broker.services.transaction_events import transaction_announce
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.events import transaction_announce
+from broker.services.transactions.resolution import transaction_resolve_locked
 
 logger = logging.getLogger("halfmoon.checks")
 

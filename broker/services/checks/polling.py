@@ -13,9 +13,9 @@ from broker.models import (
     Message,
     ProducerGroup,
     Transaction,
-    TransactionState,
     now_ms,
 )
+from broker.rules.states import TransactionState
 from broker.services.checks.outcomes import check_delivered_record
 from broker.services.checks.payload import check_payload
 

@@ -10,7 +10,8 @@ import redis
 from django.conf import settings
 
 from broker.conf import conf
-from broker.models import Transaction, TransactionState
+from broker.models import Transaction
+from broker.rules.states import TransactionState
 from broker.services.checks.payload import CheckJob
 
 logger = logging.getLogger("halfmoon.checks")

@@ -26,7 +26,7 @@ from broker.services.checks.outcomes import check_outcomes_apply
 from broker.services.checks.payload import CheckJob, CheckOutcome
 from broker.services.checks.telemetry import telemetry_checks_send
 from broker.services.checks.transport import checks_send
-from broker.services.op_messages import op_flush
+from broker.services.transactions.op_messages import op_flush
 
 logger = logging.getLogger("halfmoon.checks")
 

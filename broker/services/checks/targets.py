@@ -4,7 +4,7 @@
 Two moments apply the rule:
 
 - when a ``check_url`` is set (``check_url_refusal``, called by
-  ``broker.services.admin.check_url_validate`` for the API, the console, the Django admin):
+  ``broker.services.topology.writes.check_url_validate`` for the API, the console, the Django admin):
   the scheme, an IP literal's address, or, for a host name not listed by name in
   ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``, every address it resolves to now;
 - when a check is sent (``PinnedTransport``, the httpx transport of the check round): the

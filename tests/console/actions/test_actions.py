@@ -10,8 +10,8 @@ from django.contrib.messages import get_messages
 from django.test import Client
 
 from broker.models import AuditEntry, Transaction
-from broker.services.bulk import bulk_run
-from broker.services.transaction_end import transaction_end
+from broker.services.operations.bulk import bulk_run
+from broker.services.transactions.end import transaction_end
 from tests.console.conftest import signed_in
 from tests.services.test_operator import discarded
 from tests.support import prepare
@@ -58,7 +58,7 @@ def test_a_viewer_gets_403_on_every_action_and_changes_nothing(viewer, topic, pr
 
 
 def operator_preview(tx: Transaction) -> AuditEntry:
-    from broker.services.bulk import bulk_preview_selection
+    from broker.services.operations.bulk import bulk_preview_selection
 
     return bulk_preview_selection(
         action="rollback", reason="r", actor="console:x", via="console", transaction_ids=[tx.pk]

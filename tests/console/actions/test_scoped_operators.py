@@ -16,8 +16,8 @@ from django.views import View
 
 from broker.models import AuditEntry, ConsumerGroup, ProducerGroup, Transaction
 from broker.rules.grants import FULL_SCOPE, NO_SCOPE, GroupRef
-from broker.services.admin import consumer_group_create, producer_group_create
-from broker.services.bulk import bulk_preview_selection
+from broker.services.operations.bulk import bulk_preview_selection
+from broker.services.topology.writes import consumer_group_create, producer_group_create
 from console.permissions import (
     ConsumerGroupOperateRequired,
     may_operate_consumer_group,

@@ -22,9 +22,9 @@ from broker.models import (
     now_ms,
 )
 from broker.selectors.alerts import BANNER_ALERTS, BANNER_QUERIES, banner
-from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end
 from tests.console.conftest import signed_in
 from tests.console.overview.conftest import console_client
 from tests.services.alerts.conftest import announced, hook, tick

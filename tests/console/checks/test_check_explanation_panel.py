@@ -92,7 +92,7 @@ def test_a_group_without_pending_transactions(viewer, producer_group):
 
 
 def test_the_consumer_group_page_has_no_panel(viewer, db):
-    from broker.services.admin import consumer_group_create
+    from broker.services.topology.writes import consumer_group_create
 
     consumer_group_create(name="C", max_delivery_attempts=3)
     html = viewer.get(reverse("console:consumer_group_clients", args=["C"])).content.decode()

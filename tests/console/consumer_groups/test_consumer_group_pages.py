@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 
 from broker.models import AuditEntry, Message
-from broker.services.admin import consumer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create, topic_create
 from console.services import console_user_create
 from tests.console.conftest import PASSWORD, signed_in
 

@@ -11,7 +11,7 @@ import zipfile
 import pytest
 from django.test import Client
 
-from broker.services.operator import transaction_check_now
+from broker.services.transactions.operator import transaction_check_now
 from tests.console.conftest import signed_in
 from tests.support import prepare
 

@@ -8,10 +8,10 @@ import pytest
 from django.test import Client
 
 from broker.models import ArchiveSegment, ArchiveWatermark
-from broker.services.admin import consumer_group_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
-from broker.services.transaction_end import transaction_end
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import consumer_group_create
+from broker.services.transactions.end import transaction_end
 from tests.console.conftest import signed_in
 from tests.support import prepare
 

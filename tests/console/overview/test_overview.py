@@ -12,9 +12,9 @@ from django.urls import reverse
 
 from broker.models import ProducerGroup, Transaction, TransactionEvent
 from broker.selectors.overview import BUCKET_MS, WINDOW_BUCKETS, OverviewWindow, overview
-from broker.services.admin import producer_group_create
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end, transaction_get_locked
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end, transaction_get_locked
+from broker.services.transactions.resolution import transaction_discard
 from console.views.overview import overview_json
 from tests.support import prepare
 

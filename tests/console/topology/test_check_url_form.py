@@ -1,5 +1,5 @@
 """The console's producer-group forms and the Django admin's refuse a check URL that breaks
-the check-target rule (``broker.services.admin.check_url_validate``) with an error on the
+the check-target rule (``broker.services.topology.writes.check_url_validate``) with an error on the
 ``check_url`` field, never a 500, and store nothing."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 from broker.models import ProducerGroup
-from broker.services.admin import producer_group_create
+from broker.services.topology.writes import producer_group_create
 
 BAD_URLS = [
     "http://169.254.169.254/latest/meta-data/",

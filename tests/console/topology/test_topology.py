@@ -11,9 +11,13 @@ from django.urls import reverse
 from broker.constants import dlq_topic
 from broker.models import ConsumeQueue, ConsumerGroup, Delivery, Message, ProducerGroup, Topic
 from broker.selectors.topology import consumer_group_rows, producer_group_rows, topic_rows
-from broker.services.admin import consumer_group_create, producer_group_create, topic_create
-from broker.services.consumers import messages_ack, messages_receive
-from broker.services.messages import message_send
+from broker.services.commitlog.messages import message_send
+from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.topology.writes import (
+    consumer_group_create,
+    producer_group_create,
+    topic_create,
+)
 from tests.support import prepare
 
 CREATE_ROUTES = [

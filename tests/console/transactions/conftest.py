@@ -79,8 +79,8 @@ def lived_transaction(consumer_group: str = "C") -> tuple[Transaction, dict[str,
     import time
 
     from broker.models import ProducerGroup, now_ms
-    from broker.services.consumers import messages_ack, messages_receive
-    from broker.services.transaction_end import transaction_end
+    from broker.services.consumption.receive import messages_ack, messages_receive
+    from broker.services.transactions.end import transaction_end
     from tests.support import answer_state, check_server_running, round_for
 
     tx = prepare(body='{"order": 42}', keys="order-42")

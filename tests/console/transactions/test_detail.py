@@ -8,9 +8,9 @@ from django.template.loader import select_template
 
 from broker.errors import NotFound
 from broker.selectors.timeline import transaction_timeline
-from broker.services.consumers import messages_receive
-from broker.services.operator import transaction_operator_resolve
-from broker.services.transactions import transaction_prepare
+from broker.services.consumption.receive import messages_receive
+from broker.services.transactions.half import transaction_prepare
+from broker.services.transactions.operator import transaction_operator_resolve
 from tests.console.transactions.conftest import LIFE_KINDS, lived_transaction, stuck
 
 

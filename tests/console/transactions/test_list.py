@@ -10,8 +10,8 @@ from django.urls import reverse
 from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
 from broker.selectors.alerts import BANNER_QUERIES
 from broker.selectors.transactions import Cursor, stuck_page, stuck_transactions
-from broker.services.admin import producer_group_create, topic_create
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create, topic_create
+from broker.services.transactions.end import transaction_end
 from console.forms.transactions import TransactionFilterForm, filters_from_form
 from tests.console.transactions.conftest import stuck
 

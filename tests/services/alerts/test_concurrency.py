@@ -14,10 +14,10 @@ import pytest
 from django.db import connection
 
 from broker.models import Alert, AlertNotification
-from broker.services.admin import producer_group_create, topic_create
 from broker.services.alerts import alerts_evaluate, notifications_deliver
 from broker.services.alerts.receivers import receiver_create
 from broker.services.alerts.rules import alert_rule_create
+from broker.services.topology.writes import producer_group_create, topic_create
 from tests.support import check_server_running, prepare
 
 

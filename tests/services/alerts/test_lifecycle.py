@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from broker.models import Alert, Delivery, Transaction, TransactionEvent, now_ms
-from broker.services.admin import access_key_create
+from broker.services.topology.writes import access_key_create
 from tests.api_helpers import end, post, receive, send_half, send_message
 from tests.conftest import client_for
 from tests.services.alerts.conftest import announced, tick

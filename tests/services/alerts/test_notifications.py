@@ -14,12 +14,12 @@ from django.test import Client
 
 from broker.errors import InvalidInput
 from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, Transaction, now_ms
-from broker.services.admin import producer_group_create
 from broker.services.alerts import alerts_evaluate, notifications_deliver
 from broker.services.alerts.notifications import notification_retry
 from broker.services.alerts.receivers import receiver_create, receiver_delete
 from broker.services.alerts.rules import alert_rule_create, alert_rule_update
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end
 from tests.console.conftest import signed_in
 from tests.services.alerts.conftest import announced, tick
 from tests.support import check_server_running, closed_port_url, expected_signature, prepare

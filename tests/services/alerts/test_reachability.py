@@ -9,8 +9,8 @@ import time
 from broker.models import ProducerGroup
 from broker.selectors.overview import overview
 from broker.selectors.reachability import producer_group_reachability
-from broker.services.admin import producer_group_create
 from broker.services.alerts.rules import alert_rule_create
+from broker.services.topology.writes import producer_group_create
 from tests.services.alerts.conftest import announced, tick
 from tests.services.test_metrics import scrape
 from tests.support import check_server_running, due_at, prepare, round_for

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from broker.models import ProducerGroup
-from broker.services.admin import producer_group_create
 from broker.services.checks import rate_limit
+from broker.services.topology.writes import producer_group_create
 from tests.services.checks.helpers import REFUSED_PORT, SILENT_PORT
 from tests.support import CheckServer
 

@@ -10,7 +10,7 @@ from django.db import connection
 
 from broker.constants import CHECK_GROUP, HALF_TOPIC, OP_HALF_TOPIC
 from broker.models import ConsumerOffset, Message, ProducerGroup, Transaction, TransactionEvent
-from broker.services.admin import producer_group_create
+from broker.services.topology.writes import producer_group_create
 from tests.support import CheckServer, prepare
 
 CONTRACT_FIELDS = {

@@ -17,10 +17,10 @@ from broker.models import (
     Transaction,
 )
 from broker.services import checks
-from broker.services.op_messages import op_flush
-from broker.services.operator import transaction_operator_resolve
-from broker.services.resolution import transaction_discard
-from broker.services.transaction_end import transaction_end
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.op_messages import op_flush
+from broker.services.transactions.operator import transaction_operator_resolve
+from broker.services.transactions.resolution import transaction_discard
 from tests.services.checks.helpers import (
     checkpoints,
     prepare_many,

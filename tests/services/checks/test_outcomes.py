@@ -16,8 +16,8 @@ from broker.models import (
     now_ms,
 )
 from broker.services import checks
-from broker.services.admin import producer_group_create
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end
 from tests.services.checks.helpers import (
     INTERVAL,
     by_group,

@@ -14,7 +14,7 @@ from broker.models import (
     ProducerGroup,
 )
 from broker.services import checks
-from broker.services.transaction_end import transaction_end
+from broker.services.transactions.end import transaction_end
 from tests.services.checks.helpers import (
     CONTRACT_FIELDS,
     INTERVAL,

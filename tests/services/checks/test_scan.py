@@ -20,9 +20,9 @@ from broker.models import (
     now_ms,
 )
 from broker.plumbing import leases
-from broker.services.admin import producer_group_create
 from broker.services.checks import claim, half_queue_scan, outcomes
 from broker.services.checks import scan as scan_module
+from broker.services.topology.writes import producer_group_create
 from tasks.celery import app as celery_app
 from tasks.checks import check_dispatch, check_half_queue
 from tests.services.checks.helpers import (

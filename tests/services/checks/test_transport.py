@@ -19,7 +19,7 @@ from broker.models import (
     now_ms,
 )
 from broker.services.checks import check_answer_parse
-from broker.services.transactions import transaction_prepare
+from broker.services.transactions.half import transaction_prepare
 from tests.services.checks.helpers import (
     CONTRACT_FIELDS,
     INTERVAL,

@@ -26,13 +26,12 @@ from broker.models import (
     Resolution,
     Transaction,
     TransactionEvent,
-    TransactionState,
     now_ms,
 )
 from broker.rules.op_body import op_body_parse
+from broker.rules.states import TransactionState
 from broker.services import checks
-from broker.services.admin import producer_group_create
-from broker.services.op_messages import op_flush, op_flush_all
+from broker.services.commitlog.storage import message_put
 from broker.services.recovery import (
     COMPARED_FIELDS,
     DELIVERED_MESSAGE,
@@ -44,8 +43,9 @@ from broker.services.recovery import (
     RebuildReport,
     transactions_rebuild,
 )
-from broker.services.storage import message_put
-from broker.services.transaction_end import transaction_end
+from broker.services.topology.writes import producer_group_create
+from broker.services.transactions.end import transaction_end
+from broker.services.transactions.op_messages import op_flush, op_flush_all
 from tests.e2e.processes import database_url
 from tests.support import CheckServer, closed_port_url, due_at, prepare, round_for
 
@@ -61,7 +61,10 @@ ROOT = Path(__file__).resolve().parents[3]
 INTERVAL = 30_000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS default
 
 try:  # built by the operator work (resolve / resume-check endpoints)
-    from broker.services.operator import transaction_operator_resolve, transaction_resume_check
+    from broker.services.transactions.operator import (
+        transaction_operator_resolve,
+        transaction_resume_check,
+    )
 except ImportError:  # pragma: no cover - until it lands, make the same evidence by hand
     transaction_operator_resolve = None
     transaction_resume_check = None
@@ -107,7 +110,9 @@ def _resume(tx: Transaction) -> Transaction:
 
 
 def _operator_commit(tx: Transaction) -> None:
-    assert transaction_operator_resolve is not None, "broker.services.operator is needed"
+    assert transaction_operator_resolve is not None, (
+        "broker.services.transactions.operator is needed"
+    )
     transaction_operator_resolve(
         transaction_id=tx.pk, action="commit", reason="checked by hand", actor="operator:test"
     )

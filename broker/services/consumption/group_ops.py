@@ -23,9 +23,9 @@ operations; rocketmq-dashboard's "reset offset", "skip accumulated" and DLQ rese
   upsert of its ORIGINAL message for the group), or a frozen set (``dead_letters_preview``:
   all the dead letters stored up to now, or a selection, as the entry's ``AuditTarget`` rows,
   ``pending``; ``dead_letters_apply`` queues the Celery task
-  ``tasks.console.dead_letter_resend_run``, which runs ``dead_letters_run``: each pending
+  ``tasks.operations.dead_letter_resend_run``, which runs ``dead_letters_run``: each pending
   target in its own database transaction, ``done`` or ``failed`` (the original is gone), with
-  live progress as the bulk actions, ``broker.services.bulk.TargetProgress``). A dead letter
+  live progress as the bulk actions, ``broker.services.operations.bulk.TargetProgress``). A dead letter
   arriving after the preview is not in the set; a target done is never resent by the set again.
 
 Every action needs a reason and is audited (``AuditEntry``); ``allowed_consumer_groups`` is
@@ -54,6 +54,7 @@ from broker.models import (
     Message,
     now_ms,
 )
+from broker.plumbing.sql import statement_cursor
 from broker.rules.offset_resets import offset_forwarded, offset_reset_plan, plan_totals
 from broker.rules.topics import is_undeliverable_topic
 from broker.selectors.consumer_groups import (
@@ -65,15 +66,14 @@ from broker.selectors.consumer_groups import (
     dead_letter_original,
     offset_reset_positions,
 )
-from broker.services.audit import actor_checked, audit_entry_record, reason_checked
-from broker.services.bulk import TargetProgress
-from broker.services.consumers import receipt_handle_new
-from broker.services.sql import statement_cursor
+from broker.services.consumption.receive import receipt_handle_new
+from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
+from broker.services.operations.bulk import TargetProgress
 
 logger = logging.getLogger("halfmoon.consumer_group_ops")
 
 DEAD_LETTERS_MAX = 10_000  # a dead-letter set's targets, as a bulk action's
-DEAD_LETTER_RUN_TASK = "tasks.console.dead_letter_resend_run"
+DEAD_LETTER_RUN_TASK = "tasks.operations.dead_letter_resend_run"
 _REDELIVER_CHUNK = 5_000  # messages per upsert statement (~0.1 s)
 
 Result = AuditTarget.Result
@@ -530,7 +530,7 @@ def dead_letters_apply(
 ) -> AuditEntry:
     """Confirm a previewed dead-letter set with ``reason``: ``queued`` (``applied_by``,
     ``applied_timestamp``) and, once this commits, send the task
-    ``tasks.console.dead_letter_resend_run``. Confirming a queued or running set again sends
+    ``tasks.operations.dead_letter_resend_run``. Confirming a queued or running set again sends
     the task again (a resume: done targets are skipped); the first reason and confirmer stay.
 
     Raises:

@@ -28,7 +28,7 @@ from broker.conf import conf
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
 from broker.models import Resolution, now_ms
 from broker.rules.op_body import op_body_format, op_body_size
-from broker.services.storage import message_put, new_msg_id
+from broker.services.commitlog.storage import message_put, new_msg_id
 
 logger = logging.getLogger("halfmoon.op_messages")
 

@@ -12,7 +12,7 @@ Every hand-out (each attempt), ack and dead letter is also journalled as a ``Del
 the ``Delivery`` row is deleted on ack, the journal keeps when each consumer group received and
 acked each message (the transaction timeline, the archive and the reconciliation read it).
 What a consumer does to one delivery by its receipt handle besides the ack (change its invisible
-duration, forward it to the DLQ) is in ``broker.services.deliveries``.
+duration, forward it to the DLQ) is in ``broker.services.consumption.deliveries``.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from broker.models import (
     model_from_row,
     now_ms,
 )
+from broker.plumbing.sql import statement_cursor
 from broker.rules.topics import is_undeliverable_topic
-from broker.services.sql import statement_cursor
-from broker.services.storage import message_copy
+from broker.services.commitlog.storage import message_copy
 
 _Row = TypeVar("_Row")
 
@@ -87,7 +87,7 @@ def delivery_move_to_dlq(delivery: Delivery, group: ConsumerGroup, *, now: int) 
     """Copy the message of ``delivery`` to ``%DLQ%{group}`` (queue 0, created on first use) and
     delete the delivery: the move of a message past its group's ``max_delivery_attempts``
     (RocketMQ's ``sendMsgBack`` to the DLQ), also asked for by a consumer
-    (``broker.services.deliveries.delivery_dead_letter``). The copy keeps the msg_id and adds
+    (``broker.services.consumption.deliveries.delivery_dead_letter``). The copy keeps the msg_id and adds
     ORIGIN_MESSAGE_ID, RETRY_TOPIC and the delivery attempt to its properties.
 
     ``delivery`` must be locked by the caller's ``transaction.atomic()`` (``select_for_update``)

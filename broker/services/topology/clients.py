@@ -18,9 +18,9 @@ from broker.errors import Conflict, Forbidden
 from broker.lookups import producer_group_exists
 from broker.models import ClientConnection, now_ms
 from broker.rules.producer_groups import grpc_producer_group
-from broker.services.admin import producer_group_create
-from broker.services.callers import Caller
-from broker.services.messages import producer_topic_get
+from broker.services.access.callers import Caller
+from broker.services.commitlog.messages import producer_topic_get
+from broker.services.topology.writes import producer_group_create
 
 
 def client_producer_groups(*, caller: Caller, topics: Iterable[str]) -> list[str]:

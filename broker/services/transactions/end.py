@@ -1,7 +1,7 @@
 """End-transaction (RocketMQ EndTransactionProcessor): a producer's commit, rollback or UNKNOW
 for a half message, in one statement when it can, else on the locked row; what an end that
 comes too late is answered and journalled. The resolution itself (the delivered message, the
-Op log's journal, the announcement) is ``broker.services.resolution``'s."""
+Op log's journal, the announcement) is ``broker.services.transactions.resolution``'s."""
 
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ from broker.rules.states import (
     state_of_action,
 )
 from broker.selectors.queries import first_or_not_found
-from broker.services.audit import ended_refusal
-from broker.services.resolution import transaction_resolve_locked, transaction_resolve_prepared
-from broker.services.transaction_events import transaction_event_record
-from broker.services.validation import action_validate
+from broker.services.commitlog.validation import action_validate
+from broker.services.operations.audit import ended_refusal
+from broker.services.transactions.events import transaction_event_record
+from broker.services.transactions.resolution import (
+    transaction_resolve_locked,
+    transaction_resolve_prepared,
+)
 
 
 def transaction_get_locked(transaction_id: str) -> Transaction:
@@ -66,7 +69,7 @@ def transaction_end(
         NotFound: ``transaction_not_found``.
         Forbidden: ``producer_group_mismatch`` (not the group that sent the half message).
         TransactionAlreadyResolved: the other action after resolution, or after a discard;
-            ``details`` name what ended it (``broker.services.audit.transaction_ended``). The
+            ``details`` name what ended it (``broker.services.operations.audit.transaction_ended``). The
             refused end is journalled first (``end_refused``, see ``_end_refused_record``).
     """
     action_validate(action, END_ACTIONS)

@@ -12,8 +12,8 @@ from broker.errors import Forbidden, InvalidInput, not_found
 from broker.lookups import topic_by_name
 from broker.models import Message, Topic
 from broker.rules.topics import is_system_topic
-from broker.services.storage import message_new, messages_store, new_msg_id
-from broker.services.validation import message_validate
+from broker.services.commitlog.storage import message_new, messages_store, new_msg_id
+from broker.services.commitlog.validation import message_validate
 
 
 def producer_topic_get(name: str) -> Topic:

@@ -2,7 +2,7 @@
 admin ``resumeCheckHalfMessage``) or ask for a back-check now; the console's buttons and the
 API's operator endpoints.
 
-Each needs a reason and is audited (``broker.services.audit``: an ``AuditEntry`` of the action,
+Each needs a reason and is audited (``broker.services.operations.audit``: an ``AuditEntry`` of the action,
 or, inside a bulk, the bulk's ``AuditTarget``); an action refused because the transaction has
 ended says what ended it (``TransactionAlreadyResolved`` / ``Conflict`` details
 ``resolved_by``, ``resolved_timestamp``, ``actor``, ``reason``, ``ended_by``). All run in one
@@ -40,7 +40,9 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.services.audit import (
+from broker.services.commitlog.storage import message_copy
+from broker.services.commitlog.validation import action_validate
+from broker.services.operations.audit import (
     ENDED_STATES,
     NO_REASON_GIVEN,
     actor_checked,
@@ -49,11 +51,9 @@ from broker.services.audit import (
     reason_checked,
     state_refusal,
 )
-from broker.services.resolution import transaction_resolve_locked
-from broker.services.storage import message_copy
-from broker.services.transaction_end import transaction_get_locked
-from broker.services.transaction_events import transaction_announce, transaction_event_record
-from broker.services.validation import action_validate
+from broker.services.transactions.end import transaction_get_locked
+from broker.services.transactions.events import transaction_announce, transaction_event_record
+from broker.services.transactions.resolution import transaction_resolve_locked
 
 logger = logging.getLogger("halfmoon.operator")
 
@@ -95,7 +95,7 @@ def transaction_operator_resolve(
 
     Also writes ``TransactionEvent(kind="resolved", outcome="COMMIT"|"ROLLBACK", actor=actor,
     detail={"reason", "via", "audit_entry_id", "previous_state"[, "discard_reason"]})`` and an
-    ``AuditEntry`` (``broker.services.audit.operator_action_audited``). ``discard_reason`` is
+    ``AuditEntry`` (``broker.services.operations.audit.operator_action_audited``). ``discard_reason`` is
     cleared: it describes the DISCARDED state only (the rebuild derives it empty for every
     resolved transaction); the discard stays visible in its ``discarded`` event, in this
     event's detail and in the copy on ``TRANS_CHECK_MAX_TIME_TOPIC``.

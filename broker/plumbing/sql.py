@@ -1,6 +1,6 @@
 """The SQL toolkit of the set-based statements: a cursor that binds parameters on the server
 (so psycopg prepares a statement run often enough), and a CTE of rows handed over as one JSON
-parameter. No broker rule lives here; ``broker.services.storage`` and the services build their
+parameter. No broker rule lives here; ``broker.services.commitlog.storage`` and the services build their
 statements with these."""
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from broker.models import ConsumeQueue, Message, Topic, model_new, now_ms
+from broker.plumbing.sql import rows_cte, statement_cursor
 from broker.plumbing.wakeups import topic_channel, wakeup_on_commit
 from broker.rules.topics import is_undeliverable_topic
-from broker.services.sql import rows_cte, statement_cursor
 
 
 def new_msg_id() -> str:

@@ -16,7 +16,7 @@ it is stored.
 
 Lock order, so that two batches never deadlock each other (nor a batch and a single call):
 
-- sends take the offset counter of each queue they append to (``broker.services.storage``)
+- sends take the offset counter of each queue they append to (``broker.services.commitlog.storage``)
   in ``(topic, queue_id)`` order: the set-based statements lock the counters they move in
   that order (``storage.queue_slots_cte``), only while they run when they are their own
   database transaction; a batch of half messages that needs items one by one locks its half
@@ -40,16 +40,16 @@ from broker.constants import HALF_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
 from broker.models import ConsumeQueue, Message, Transaction
 from broker.rules.states import RESOLVING_ACTIONS
-from broker.services.messages import message_plan
-from broker.services.resolution import PreparedEnd, transactions_resolve_prepared
-from broker.services.storage import messages_store, new_msg_id
-from broker.services.transaction_end import end_resolved_by, transaction_end
-from broker.services.transactions import (
+from broker.services.commitlog.messages import message_plan
+from broker.services.commitlog.storage import messages_store, new_msg_id
+from broker.services.transactions.end import end_resolved_by, transaction_end
+from broker.services.transactions.half import (
     HalfPlan,
     transaction_plan,
     transaction_prepare,
     transactions_store,
 )
+from broker.services.transactions.resolution import PreparedEnd, transactions_resolve_prepared
 
 T = TypeVar("T")
 

@@ -1,8 +1,8 @@
 """Half messages (RocketMQ TransactionalMessageServiceImpl.prepareMessage,
 TransactionalMessageBridge): a producer's send of a half message, alone or in a batch.
 
-The end of a transaction is ``broker.services.transaction_end``; how a transaction is resolved
-or discarded, and how its changes are journalled and announced, ``broker.services.resolution``.
+The end of a transaction is ``broker.services.transactions.end``; how a transaction is resolved
+or discarded, and how its changes are journalled and announced, ``broker.services.transactions.resolution``.
 """
 
 from __future__ import annotations
@@ -29,16 +29,21 @@ from broker.constants import (
 from broker.errors import Conflict, InvalidInput
 from broker.lookups import producer_group_require
 from broker.models import Message, Transaction, model_new
+from broker.plumbing.sql import rows_cte, statement_cursor
 from broker.rules.checks import (
     MAX_CHECK_IMMUNITY_SECONDS,
     check_immunity_ms,
     check_immunity_valid,
 )
-from broker.services.messages import producer_topic_get, queue_select
-from broker.services.sql import rows_cte, statement_cursor
-from broker.services.storage import message_new, message_put, messages_append_cte, new_msg_id
-from broker.services.transaction_events import transactions_announce
-from broker.services.validation import message_validate
+from broker.services.commitlog.messages import producer_topic_get, queue_select
+from broker.services.commitlog.storage import (
+    message_new,
+    message_put,
+    messages_append_cte,
+    new_msg_id,
+)
+from broker.services.commitlog.validation import message_validate
+from broker.services.transactions.events import transactions_announce
 
 
 def half_queue_select(transaction_id: str) -> int:

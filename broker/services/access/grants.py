@@ -15,7 +15,7 @@ from django.db import transaction
 
 from broker.models import OperatorGrant
 from broker.rules.grants import CONSUMER_GROUP, PRODUCER_GROUP, OperatorScope, operator_scope_of
-from broker.services.admin import access_key_groups_validate
+from broker.services.topology.writes import access_key_groups_validate
 
 logger = logging.getLogger("halfmoon.grants")
 

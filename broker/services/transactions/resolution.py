@@ -5,7 +5,7 @@ TransactionalMessageServiceImpl.deletePrepareMessage,
 AbstractTransactionalMessageCheckListener.resolveDiscardMsg).
 
 Every function here runs inside the caller's database transaction with the transaction row
-locked (``broker.services.transaction_end.transaction_get_locked``).
+locked (``broker.services.transactions.end.transaction_get_locked``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from broker.models import (
     model_from_row,
     now_ms,
 )
+from broker.plumbing.sql import rows_cte, statement_cursor
 from broker.rules.states import (
     ResolvedBy,
     ResolvingAction,
@@ -44,14 +45,17 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.services.op_messages import op_buffer_note, op_buffer_notes
-from broker.services.sql import rows_cte, statement_cursor
-from broker.services.storage import message_copy, message_deliver_cte, message_visible_on_commit
-from broker.services.transaction_events import (
+from broker.services.commitlog.storage import (
+    message_copy,
+    message_deliver_cte,
+    message_visible_on_commit,
+)
+from broker.services.transactions.events import (
     transaction_announce,
     transaction_event_record,
     transactions_announce,
 )
+from broker.services.transactions.op_messages import op_buffer_note, op_buffer_notes
 
 logger = logging.getLogger("halfmoon.transactions")
 
@@ -71,7 +75,7 @@ def transaction_resolve_locked(
     A commit copies the half message to its real topic and queue, without the half-only
     properties (REAL_TOPIC, REAL_QID, TRAN_MSG) and with ``sys_flag``
     TRANSACTION_COMMIT_TYPE; a rollback delivers nothing. Either way a ``Resolution`` row is
-    written, from which ``broker.services.op_messages.op_flush`` writes the Op message (RIP-50) after
+    written, from which ``broker.services.transactions.op_messages.op_flush`` writes the Op message (RIP-50) after
     this database transaction commits. The writes are the statement of
     ``transactions_resolve_prepared`` (``_resolve_sql``) for this one transaction, admitting it
     in its current state, inside the caller's database transaction (no savepoint). Sets the
@@ -156,7 +160,7 @@ def transactions_resolve_prepared(ends: Sequence[PreparedEnd]) -> dict[str, Tran
         another producer group, not PREPARED, a missing half message or real queue, or a
         constraint refusing a second resolution (then nothing of the statement is written and
         the result is empty). The caller takes the locked path for those
-        (``broker.services.transaction_end.transaction_end``), which answers each as the contract
+        (``broker.services.transactions.end.transaction_end``), which answers each as the contract
         says (404, 403, 200 for the same action again, 409).
 
     Raises:

@@ -1,6 +1,6 @@
 """The operators' audit log: every console and API operator action (``AuditEntry``,
-``AuditTarget``), written by the services that act (``broker.services.operator``,
-``broker.services.bulk``), never by views.
+``AuditTarget``), written by the services that act (``broker.services.transactions.operator``,
+``broker.services.operations.bulk``), never by views.
 
 A single action is audited in the same database transaction as the action itself
 (``operator_action_audited``): the entry exists if and only if the action happened. A refused
@@ -167,7 +167,7 @@ def operator_action_audited(
     entry commit together; a ``HalfmoonError`` from ``apply`` rolls both back and is audited
     afterwards as ``refused`` (target ``already_ended`` when the transaction had ended, else
     ``failed``, with the error's details), then raised again. With ``bulk`` (a bulk's entry)
-    nothing is written here: the bulk records the target's result (``broker.services.bulk``).
+    nothing is written here: the bulk records the target's result (``broker.services.operations.bulk``).
 
     Returns:
         what ``apply`` returned. Raises what ``apply`` raised.

@@ -10,11 +10,11 @@ Three steps, each audited in one ``AuditEntry`` (``action`` ``bulk-*``):
    (``broker.rules.grants``) passes ``allowed_producer_groups``: the transactions of other
    groups are left out of the frozen set, and the entry's ``scope.excluded`` says how many,
    of which groups.
-2. ``bulk_apply``: ``queued``, and the Celery task ``tasks.console.bulk_action_run`` is sent.
+2. ``bulk_apply``: ``queued``, and the Celery task ``tasks.operations.bulk_action_run`` is sent.
    A scoped operator may confirm only a bulk whose every target is of its producer groups.
 3. ``bulk_run`` (the task): ``running``; applies the action to the pending targets only, one
    transaction at a time, each in its own database transaction through the same services as a
-   single action (``broker.services.operator``), and records each target's result (``done``,
+   single action (``broker.services.transactions.operator``), and records each target's result (``done``,
    ``already_ended`` with what ended it, ``failed`` with the error) in that same database
    transaction: a target that is done is never acted on again, so a run cut short (the worker
    died) is resumed by running it again. The filter is never queried again: a transaction
@@ -43,27 +43,27 @@ from broker.rules.states import TransactionState
 from broker.selectors.audit import bulk_get
 from broker.selectors.grants import bulk_target_producer_groups
 from broker.selectors.transactions import stuck_transactions
-from broker.services.audit import (
+from broker.services.operations.audit import (
     actor_checked,
     audit_entry_record,
     reason_checked,
     refusal_detail,
     refusal_result,
 )
-from broker.services.operator import OPERATOR_ACTIONS
+from broker.services.transactions.operator import OPERATOR_ACTIONS
 
 logger = logging.getLogger("halfmoon.bulk")
 
 BULK_MAX_TARGETS = 10_000
 PROGRESS_INTERVAL_MS = 100  # at most ~10 progress announcements a second
-BULK_RUN_TASK = "tasks.console.bulk_action_run"
+BULK_RUN_TASK = "tasks.operations.bulk_action_run"
 _CHUNK = 200
 EXCLUDED_IDS_KEPT = 100  # a selection's left-out transaction ids kept in the entry's scope
 
 Result = AuditTarget.Result
 
 # action -> (the bulk's AuditEntry.Action, the states it applies to); the per-transaction
-# service is broker.services.operator.OPERATOR_ACTIONS[action].
+# service is broker.services.transactions.operator.OPERATOR_ACTIONS[action].
 BULK_ACTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "commit": (
         AuditEntry.Action.BULK_COMMIT,
@@ -266,7 +266,7 @@ def bulk_apply(
     *, bulk_id: int, actor: str, allowed_producer_groups: Collection[str] | None = None
 ) -> AuditEntry:
     """Confirm a previewed bulk: ``queued`` (``applied_by`` = ``actor``, ``applied_timestamp``)
-    and, once this commits, send the task ``tasks.console.bulk_action_run``. Confirming a bulk
+    and, once this commits, send the task ``tasks.operations.bulk_action_run``. Confirming a bulk
     that is already queued or running sends the task again (a resume after a worker died:
     done targets are skipped); the first confirmation's ``applied_by`` stays.
 
@@ -396,7 +396,7 @@ class TargetProgress:
     """Counts of one run over an entry's frozen targets, saved on the entry and announced
     (``bulk.progress``, ``bulk_id`` = the entry's id) at most every ``PROGRESS_INTERVAL_MS``
     and at the end. Also used by the dead-letter resend sets
-    (``broker.services.consumer_group_ops``), whose page listens the same way."""
+    (``broker.services.consumption.group_ops``), whose page listens the same way."""
 
     def __init__(self, entry: AuditEntry) -> None:
         self.entry = entry

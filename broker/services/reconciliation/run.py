@@ -60,7 +60,7 @@ from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, leas
 from broker.rules.anomalies import ReconcileParams
 from broker.rules.audit import iso_utc
 from broker.selectors.reconciliation import half_message_first_stored
-from broker.services.reconciliation_window import reconciliation_settle_ms, reconciliation_window
+from broker.services.reconciliation.window import reconciliation_settle_ms, reconciliation_window
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     from broker.pipeline.progress import ProgressEvent

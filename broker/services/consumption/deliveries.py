@@ -20,7 +20,7 @@ from broker.constants import RECEIVE_INVISIBLE_DURATION_MS
 from broker.errors import InvalidInput, NotFound, not_found
 from broker.lookups import consumer_group_by_name
 from broker.models import ConsumerGroup, Delivery, now_ms
-from broker.services.consumers import Received, delivery_move_to_dlq, receipt_handle_new
+from broker.services.consumption.receive import Received, delivery_move_to_dlq, receipt_handle_new
 
 CHANGE_INVISIBLE_DURATION_MS: tuple[int, int] = (0, RECEIVE_INVISIBLE_DURATION_MS[1])
 """Bounds (ms, inclusive) of a new invisible duration: the proxy's ``GrpcValidator`` checks a

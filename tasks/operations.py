@@ -1,16 +1,17 @@
-"""Console tasks: thin wrappers over ``broker.services.bulk`` and
-``broker.services.consumer_group_ops``."""
+"""Operations tasks (bulk actions, dead-letter resends), started by the console and the API alike:
+thin wrappers over ``broker.services.operations.bulk`` and
+``broker.services.consumption.group_ops``."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from broker.services.bulk import bulk_run
-from broker.services.consumer_group_ops import dead_letters_run
+from broker.services.consumption.group_ops import dead_letters_run
+from broker.services.operations.bulk import bulk_run
 
 
 @shared_task(
-    name="tasks.console.bulk_action_run",
+    name="tasks.operations.bulk_action_run",
     ignore_result=True,
     acks_late=True,
     reject_on_worker_lost=True,
@@ -22,7 +23,7 @@ def bulk_action_run(bulk_id: int) -> None:
 
 
 @shared_task(
-    name="tasks.console.dead_letter_resend_run",
+    name="tasks.operations.dead_letter_resend_run",
     ignore_result=True,
     acks_late=True,
     reject_on_worker_lost=True,

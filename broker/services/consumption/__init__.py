@@ -1,0 +1,2 @@
+"""Consumption: SimpleConsumer receive and ack (``receive``), what a consumer does to one
+delivery (``deliveries``) and the operators' actions on a consumer group (``group_ops``)."""
