@@ -1,0 +1,415 @@
+"""docs/settings.md, rendered from the settings' own definitions: ``python -m halfmoon.settings_doc``.
+
+Names, defaults and bounds are read from the code: every ``env_str``/``env_int``/``env_bool``
+call with a literal name in any module under ``halfmoon/`` or in ``broker/conf.py`` (its
+default resolved through the module's own constants and imports), and every ``BrokerSetting``.
+The one-line meaning of an ``env_*`` setting is ``ENTRIES`` below; a setting without one, or an
+entry without a setting, is an error. tests/halfmoon/test_settings_doc.py keeps the file equal.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV_READERS = {"env_str", "env_int", "env_bool"}
+# Names no module can resolve to a literal (computed at import), as the doc shows them.
+SYMBOLS = {"BASE_DIR": "<project>"}
+PASS = {"str", "Path"}  # calls whose value the doc shows as their argument's
+
+
+@dataclass(frozen=True)
+class Entry:
+    """How docs/settings.md describes one ``env_*`` setting: its table, unit and meaning."""
+
+    section: str
+    unit: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class Definition:
+    """One setting as the code defines it."""
+
+    name: str
+    default: str
+    bounds: str
+    where: str
+
+
+SECTIONS = (
+    "Database",
+    "Serving",
+    "gRPC server",
+    "Django, security and sign-in",
+    "Alerts and e-mail",
+    "Data pipeline",
+    "Logs and tests",
+)
+
+ENTRIES: dict[str, Entry] = {
+    "DATABASE_URL": Entry("Database", "URL", "PostgreSQL only; several hosts for HA (see below)."),
+    "HALFMOON_EMBEDDED_POSTGRES_PORT": Entry(
+        "Database", "port", "The embedded PostgreSQL's port on 127.0.0.1 (bin/run, bin/test)."
+    ),
+    "HALFMOON_SERVER": Entry("Database", "-", "`asgi` (connection pool) or `wsgi` (persistent)."),
+    "HALFMOON_DB_POOL": Entry("Database", "bool", "Use psycopg's connection pool (ASGI)."),
+    "HALFMOON_DB_POOL_MIN": Entry("Database", "connections", "Pool minimum per process."),
+    "HALFMOON_DB_POOL_MAX": Entry("Database", "connections", "Pool maximum per process."),
+    "HALFMOON_DB_POOL_TIMEOUT": Entry(
+        "Database", "s", "Wait for a pooled connection; past it the API answers 503."
+    ),
+    "HALFMOON_DB_POOL_RECONNECT_TIMEOUT": Entry(
+        "Database", "s", "How long the pool retries replacing a lost connection."
+    ),
+    "HALFMOON_DB_CONNECT_TIMEOUT": Entry(
+        "Database", "s", "libpq `connect_timeout` of a new connection; past it 503."
+    ),
+    "HALFMOON_DB_CONN_MAX_AGE": Entry(
+        "Database", "s", "`wsgi` only: lifetime of a process's persistent connection."
+    ),
+    "HALFMOON_DB_PREPARE_THRESHOLD": Entry(
+        "Database", "runs", "Runs before a set-based statement is prepared; 0 turns it off."
+    ),
+    "REDIS_URL": Entry("Serving", "URL", "Celery's broker, the Channels layer, `/healthz`."),
+    "CELERY_BROKER_URL": Entry("Serving", "URL", "Celery's broker (its default: `REDIS_URL`'s)."),
+    "HALFMOON_HOST": Entry("Serving", "address", "The web server's address."),
+    "HALFMOON_PORT": Entry("Serving", "port", "The web server's port."),
+    "HALFMOON_WEB_THREADS": Entry(
+        "Serving", "threads", "Threads per web process running the views."
+    ),
+    "HALFMOON_VAR_DIR": Entry("Serving", "path", "Logs, secret key, static files, archive."),
+    "HALFMOON_GRPC_HOST": Entry(
+        "gRPC server", "address", "Where the gRPC server listens (unset: `HALFMOON_HOST`)."
+    ),
+    "HALFMOON_GRPC_ENDPOINT": Entry(
+        "gRPC server", "host:port", "The address routes name (unset: its host and port)."
+    ),
+    "HALFMOON_GRPC_TLS_CERT_FILE": Entry(
+        "gRPC server", "path", "PEM certificate chain: with the key, TLS only."
+    ),
+    "HALFMOON_GRPC_TLS_KEY_FILE": Entry("gRPC server", "path", "PEM key of that certificate."),
+    "HALFMOON_GRPC_ALLOW_ANONYMOUS": Entry(
+        "gRPC server", "bool", "Accept unsigned calls with an admin key's rights."
+    ),
+    "HALFMOON_GRPC_THREADS": Entry(
+        "gRPC server", "threads", "Threads per gRPC process running the service calls."
+    ),
+    "DJANGO_SECRET_KEY": Entry(
+        "Django, security and sign-in", "-", "Django's key; the development key is refused."
+    ),
+    "DJANGO_DEBUG": Entry("Django, security and sign-in", "bool", "Django's debug mode."),
+    "DJANGO_ALLOWED_HOSTS": Entry(
+        "Django, security and sign-in", "list", "Host names the site answers, comma-separated."
+    ),
+    "HALFMOON_CHECK_URL_ALLOWED_NETWORKS": Entry(
+        "Django, security and sign-in", "list", "CIDRs and host names back-checks may reach."
+    ),
+    "HALFMOON_LOGIN_FAILURE_LIMIT": Entry(
+        "Django, security and sign-in", "attempts", "Failed sign-ins in a row before a lockout."
+    ),
+    "HALFMOON_LOGIN_COOLOFF_MINUTES": Entry(
+        "Django, security and sign-in", "minutes", "Lockout length after the last attempt."
+    ),
+    "HALFMOON_LOGIN_LOCKOUT_BY": Entry(
+        "Django, security and sign-in", "-", "What a lockout is counted by (see below)."
+    ),
+    "HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS": Entry(
+        "Alerts and e-mail", "list", "Where alert webhooks may go (as the check URLs)."
+    ),
+    "HALFMOON_CONSOLE_URL": Entry(
+        "Alerts and e-mail", "URL", "The console as people reach it: links in notifications."
+    ),
+    "EMAIL_BACKEND": Entry("Alerts and e-mail", "-", "Django's mail backend."),
+    "EMAIL_HOST": Entry("Alerts and e-mail", "host", "SMTP server."),
+    "EMAIL_PORT": Entry("Alerts and e-mail", "port", "SMTP port."),
+    "EMAIL_HOST_USER": Entry("Alerts and e-mail", "-", "SMTP user."),
+    "EMAIL_HOST_PASSWORD": Entry("Alerts and e-mail", "-", "SMTP password."),
+    "EMAIL_USE_TLS": Entry("Alerts and e-mail", "bool", "SMTP with STARTTLS."),
+    "EMAIL_USE_SSL": Entry("Alerts and e-mail", "bool", "SMTP over TLS."),
+    "DEFAULT_FROM_EMAIL": Entry("Alerts and e-mail", "address", "Sender of alert e-mails."),
+    "HALFMOON_ARCHIVE_URI": Entry(
+        "Data pipeline", "path/URI", "Archive and run outputs: a path, file://, s3a://, hdfs://."
+    ),
+    "HALFMOON_SPARK_MASTER": Entry("Data pipeline", "-", "Spark master of export and reconcile."),
+    "HALFMOON_SPARK_DRIVER_MEMORY": Entry("Data pipeline", "JVM size", "The driver JVM's heap."),
+    "HALFMOON_LOG_LEVEL": Entry("Logs and tests", "-", "Level of the `halfmoon` logger."),
+    "HALFMOON_TEST_DATABASE": Entry(
+        "Logs and tests", "-", "The database pytest-django creates and drops."
+    ),
+}
+
+PROSE = """\
+## Notes
+
+**Secrets from files.** Any variable here may instead come from a file: when `NAME` is unset,
+`NAME_FILE` names a file holding its value (Docker and Kubernetes secrets), e.g.
+`DJANGO_SECRET_KEY_FILE`, `DATABASE_URL_FILE`, `REDIS_URL_FILE`, `CELERY_BROKER_URL_FILE`.
+`NAME` wins when both are set. An unreadable or empty file, a value that does not parse or lies
+outside its bounds, stops the process at start (`halfmoon/env.py`).
+
+**Database.** `DATABASE_URL` is PostgreSQL only (`postgres://user:password@host:5432/name`);
+any other scheme stops the process at start. It is read by libpq's own URI parser: several
+hosts for a high-availability formation
+(`postgres://user@db1:5432,db2:5432/halfmoon?target_session_attrs=read-write`,
+[operations.md](operations.md) "High availability") and any libpq parameter in the query
+string. Unset, `bin/run` starts the embedded PostgreSQL on `HALFMOON_EMBEDDED_POSTGRES_PORT`.
+Under ASGI (`HALFMOON_SERVER=asgi`: uvicorn, Celery, `manage.py`) every request runs in a fresh
+thread, so the settings use Django's psycopg pool, not `CONN_MAX_AGE` (which would open a
+connection per request); under `wsgi` (gunicorn sync workers) a process keeps one persistent
+connection, checked before reuse. After a failover the pool reaches the promoted primary within
+`HALFMOON_DB_POOL_RECONNECT_TIMEOUT` instead of psycopg_pool's default 300 s of backoff. TCP
+keepalives (idle 10 s, 3 probes 5 s apart) and `tcp_user_timeout` (10 s) notice a database
+machine that vanished without a reset. With `HALFMOON_DB_PREPARE_THRESHOLD` the broker's
+set-based statements (a send's, an end's, a batch's) bind their parameters server-side and are
+planned once per connection ([operations.md](operations.md) "Prepared statements"); 0 turns
+preparing off, as PgBouncer in transaction pooling mode needs.
+
+**Serving.** `bin/run`'s `deploy/supervisord.conf` and the systemd units also read
+`WEB_CONCURRENCY` (web server processes sharing `HALFMOON_HOST:HALFMOON_PORT`, default 2) and
+`CELERY_CONCURRENCY` (the Celery worker's pool, default 2). At most `HALFMOON_WEB_THREADS`
+requests per web process run, and hold a database connection, at once; a long poll's wait is in
+the event loop, not a thread (`halfmoon.serving`). uvicorn takes the client address from
+`X-Forwarded-For` only from the proxies of `FORWARDED_ALLOW_IPS` (default `127.0.0.1,::1`).
+
+**gRPC server.** Set both TLS files (PEM) and the server speaks TLS only; one without the other
+stops the process at start. `HALFMOON_GRPC_ENDPOINT` is the address every RocketMQ client must
+reach (a load balancer's, behind one). `HALFMOON_GRPC_ALLOW_ANONYMOUS` is for a closed network
+only; off, unsigned calls answer UNAUTHORIZED. See [rocketmq-clients.md](rocketmq-clients.md).
+
+**Security.** With `DJANGO_DEBUG` off the web server, the worker and beat refuse to start on the
+development key: set `DJANGO_SECRET_KEY` (or `DJANGO_SECRET_KEY_FILE`; `bin/run` makes one in
+`var/secret_key`). A `check_url` must be http or https and its host in
+`HALFMOON_CHECK_URL_ALLOWED_NETWORKS` (a host name not listed by name is resolved when the URL
+is set), else 400 `check_url_not_allowed`; when a check is sent the host is resolved again,
+every address must lie in the networks, and the check connects to the checked address (Host
+header and TLS name kept), else it is UNDELIVERED with the reason in the timeline. Link-local,
+multicast and unspecified addresses, and the broker's own `HALFMOON_HOST:HALFMOON_PORT`, are
+refused whatever the list says. Other ports on a listed network stay reachable (loopback is
+listed by default, where producers run beside the broker): in production list only the
+producers' hosts or networks. `HALFMOON_LOGIN_LOCKOUT_BY` is `user_and_address`, `user`,
+`address` or `user_or_address` ([console.md](console.md) "Sign-in throttling").
+
+**Alerts.** `HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS` follows the check URLs' rule (judged when
+a receiver is saved and, after DNS resolution, when each notification is sent) with a list of
+its own, so that reaching Slack (e.g. `0.0.0.0/0,::/0`) leaves the check URLs' list as it is.
+
+**Data pipeline.** A bare `HALFMOON_ARCHIVE_URI` path is made absolute (a cluster's executors do
+not share the driver's directory). `HALFMOON_SPARK_MASTER`: `local[*]`, `local[2]`,
+`local-cluster[2,1,1024]`, `spark://host:7077`, `yarn`, `k8s://...`. On `local[*]` the driver's
+memory is also the executor's ([reconciliation.md](reconciliation.md) "What it costs").
+
+**Broker settings.** They keep RocketMQ's names and defaults; each is also a typed attribute
+of `broker.conf.conf` (`conf.transaction_check_max`). `HALFMOON_ARCHIVE_SEGMENT_MS` must divide
+an hour (the archive is partitioned by date and hour). Settings read in whole seconds by beat
+(`_ms` intervals marked "whole seconds") are rounded down, at least 1 s.
+"""
+
+
+def _module_file(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _env_call(node: ast.AST) -> ast.Call | None:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ENV_READERS
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return node
+    return None
+
+
+def _lookup(path: Path, name: str, depth: int = 0) -> Any:
+    """The literal value of the top-level ``name`` of the module at ``path``, following
+    imports; raises LookupError when it is not a literal."""
+    if depth > 5:
+        raise LookupError(name)
+    tree = _tree(path)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and stmt.value:
+                return _value(stmt.value, path, depth + 1)
+        if isinstance(stmt, ast.ImportFrom):
+            target = _module_file(_absolute(path, stmt))
+            for alias in stmt.names:
+                if target is not None and alias.name == "*":
+                    try:
+                        return _lookup(target, name, depth + 1)
+                    except LookupError:
+                        continue
+                if (alias.asname or alias.name) == name:
+                    if target is None:
+                        raise LookupError(name)
+                    return _lookup(target, alias.name, depth + 1)
+    raise LookupError(name)
+
+
+def _absolute(path: Path, stmt: ast.ImportFrom) -> str:
+    """The absolute module an ``from ... import`` in the module at ``path`` names."""
+    if stmt.level == 0:
+        return stmt.module or ""
+    package = path.relative_to(ROOT).with_suffix("").parts
+    package = package[:-1] if package[-1] != "__init__" else package[:-1]
+    package = package[: len(package) - (stmt.level - 1)]
+    return ".".join([*package, *([stmt.module] if stmt.module else [])])
+
+
+def _value(node: ast.AST, path: Path, depth: int = 0) -> Any:
+    """Evaluate a default expression from literals, constants and the few forms settings use."""
+    call = _env_call(node)
+    if call is not None:
+        return _value(call.args[1], path, depth) if len(call.args) > 1 else ""
+    if isinstance(node, ast.Name):
+        if node.id in SYMBOLS:
+            return SYMBOLS[node.id]
+        return _lookup(path, node.id, depth)
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for part in node.values:
+            inner = part.value if isinstance(part, ast.FormattedValue) else part
+            parts.append(str(_value(inner, path, depth)))
+        return "".join(parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # a Path: base / "name"
+        return f"{_value(node.left, path, depth)}/{_value(node.right, path, depth)}"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _value(node.left, path, depth) * _value(node.right, path, depth)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PASS:
+        return str(_value(node.args[0], path, depth))
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and isinstance(node.func.value, ast.Constant)
+    ):
+        return node.func.value.value.join(_value(node.args[0], path, depth))
+    return ast.literal_eval(node)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value == "":
+        return "unset"
+    if isinstance(value, int):
+        return str(value)
+    return f"`{value}`"
+
+
+def _bounds(minimum: Any, maximum: Any) -> str:
+    if minimum is not None and maximum is not None:
+        return f"{minimum}..{maximum}"
+    if minimum is not None:
+        return f">= {minimum}"
+    if maximum is not None:
+        return f"<= {maximum}"
+    return ""
+
+
+def setting_files() -> list[Path]:
+    """Where settings are defined: every module under halfmoon/, and broker/conf.py."""
+    files = sorted((ROOT / "halfmoon").rglob("*.py"))
+    return [f for f in files if "__pycache__" not in f.parts] + [ROOT / "broker" / "conf.py"]
+
+
+def env_definitions() -> dict[str, Definition]:
+    """Every ``env_*`` setting with a literal name, by name (the first definition wins)."""
+    found: dict[str, Definition] = {}
+    for path in setting_files():
+        for node in ast.walk(_tree(path)):
+            call = _env_call(node)
+            if call is None:
+                continue
+            name = call.args[0].value
+            keywords = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+            default = _value(call.args[1], path) if len(call.args) > 1 else ""
+            if call.func.id == "env_bool":
+                default = bool(default)
+            found.setdefault(
+                name,
+                Definition(
+                    name,
+                    _show(default),
+                    _bounds(keywords.get("minimum"), keywords.get("maximum")),
+                    str(path.relative_to(ROOT)),
+                ),
+            )
+    return found
+
+
+def _unit_of(name: str) -> str:
+    for suffix, unit in (
+        ("_MS", "ms"),
+        ("_HOURS", "hours"),
+        ("_SIZE", "bytes"),
+        ("_PORT", "port"),
+        ("_PER_SECOND", "per s"),
+    ):
+        if name.endswith(suffix):
+            return unit
+    return "count"
+
+
+def render() -> str:
+    """The whole of docs/settings.md.
+
+    Raises:
+        ValueError: an ``env_*`` setting without an entry in ``ENTRIES``, or the reverse.
+    """
+    from halfmoon.broker_settings import BROKER_SETTINGS
+
+    found = env_definitions()
+    missing = sorted(set(found) - set(ENTRIES))
+    stale = sorted(set(ENTRIES) - set(found))
+    if missing or stale:
+        raise ValueError(f"settings without an entry: {missing}; entries without one: {stale}")
+    out = [
+        "# Settings",
+        "",
+        "<!-- Generated by `python -m halfmoon.settings_doc > docs/settings.md` (or `bin/docs`)"
+        " from the code; tests/halfmoon/test_settings_doc.py fails when it is stale. -->",
+        "",
+        "Every setting comes from the environment (or `NAME_FILE`, see the notes below). A value",
+        "that does not parse or lies outside its bounds stops the process at start.",
+        "",
+    ]
+    for section in SECTIONS:
+        out += [f"## {section}", "", "| variable | default | unit | bounds | meaning |"]
+        out.append("| --- | --- | --- | --- | --- |")
+        for name in sorted(n for n, e in ENTRIES.items() if e.section == section):
+            d, e = found[name], ENTRIES[name]
+            out.append(f"| `{name}` | {d.default} | {e.unit} | {d.bounds} | {e.meaning} |")
+        out.append("")
+    out += [
+        "## Broker settings (RocketMQ's names and defaults)",
+        "",
+        "| variable | RocketMQ name | default | unit | bounds | meaning |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in BROKER_SETTINGS:
+        out.append(
+            f"| `{s.name}` | {s.rocketmq} | {s.default} | {_unit_of(s.name)} | "
+            f"{_bounds(s.minimum, s.maximum)} | {s.meaning} |"
+        )
+    out += ["", PROSE.rstrip(), ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
