@@ -3,22 +3,15 @@
 Send a half message, run the local transaction, end it; answer back-checks either by serving
 a small HTTP endpoint (``check_mode="serve"``, the group's ``check_url``, see
 ``check_server``) or by long-polling the broker for check requests (``check_mode="poll"``,
-see ``check_poller``).
-
-Batches (api-v1 "Batches"): ``send_message_in_transaction_batch`` sends many half messages in
-one request, runs each local transaction, and ends them all in one request; ``send_batch``
-sends normal messages, ``end_transactions`` ends. With ``batch_linger_ms`` > 0, concurrent
-``send_message_in_transaction`` calls of several threads are gathered into such batches
-(``batcher``), each caller still getting its own result or exception.
+see ``check_poller``). Batches (api-v1 "Batches") are ``batch_sending``'s; with
+``batch_linger_ms`` > 0, concurrent sends of several threads are gathered into batches
+(``linger``); the steps they share are ``transaction_steps``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Sequence
-from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal
 
@@ -26,27 +19,31 @@ from halfmoon_client.batcher import Batcher
 from halfmoon_client.check_poller import CheckPoller
 from halfmoon_client.check_server import CHECK_PATH, CheckServer
 from halfmoon_client.errors import HalfmoonError
+from halfmoon_client.linger import LingerSending
 from halfmoon_client.listener import CheckCallback, TransactionListener
 from halfmoon_client.messages import Message, MessageView, SendResult, TransactionSendResult
 from halfmoon_client.states import LocalTransactionState
+from halfmoon_client.transaction_steps import (
+    half_body,
+    local_transaction_run,
+    send_result,
+    transaction_result,
+)
 from halfmoon_client.transport import (
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_TIMEOUT_S,
-    BatchOutcome,
     ClientBase,
     EventHooks,
     JsonApi,
     TransactionEnd,
-    batch_request,
     transaction_end,
-    transaction_end_batch,
 )
 from halfmoon_client.transport import path_segment as _seg
 
 logger = logging.getLogger("halfmoon.client")
 
 
-class TransactionProducer(ClientBase):
+class TransactionProducer(LingerSending, ClientBase):
     """A transactional producer (RocketMQ ``TransactionMQProducer``).
 
     Args:
@@ -258,94 +255,17 @@ class TransactionProducer(ClientBase):
         """
         if self.batch_linger_ms > 0:
             return self._send_lingering(msg, arg)
-        status, half = self._api.request("POST", "/api/v1/transactions", json_body=self._half(msg))
-        state, local_exception, end_request = self._execute_local(msg, arg, half)
+        status, half = self._api.request(
+            "POST", "/api/v1/transactions", json_body=half_body(self.producer_group, msg)
+        )
+        state, local_exception, end_request = local_transaction_run(self.listener, msg, arg, half)
         end: dict[str, Any] = {}
         end_error: HalfmoonError | None = None
         try:
             end = self.end_transaction(end_request.transaction_id, state, remark=end_request.remark)
         except HalfmoonError as exc:
             end_error = exc
-        return self._transaction_result(status, half, state, local_exception, end, end_error)
-
-    def send_message_in_transaction_batch(
-        self, msgs: Sequence[Message], arg: Any = None
-    ) -> list[TransactionSendResult | HalfmoonError]:
-        """Send many half messages, run each local transaction, end them all, with two
-        requests per ``batch_max_messages`` messages (api-v1 "Batches").
-
-        For each chunk of at most ``batch_max_messages``: ``POST /transactions/batch`` stores
-        the half messages (one database transaction); then, in order, each stored one's
-        ``listener.execute_local_transaction(msg, arg)`` runs with ``msg.transaction_id`` set
-        (as ``send_message_in_transaction``); then one ``POST /transactions/end-batch``
-        reports every answer (COMMIT_MESSAGE: commit, ROLLBACK_MESSAGE: rollback, UNKNOW:
-        unknown).
-
-        Args:
-            msgs: the messages; idempotent per ``msg_id`` as the single send (an id sent
-                before gives ``created`` False).
-            arg: handed to every ``execute_local_transaction``.
-
-        Returns:
-            one item per message, in order: its ``TransactionSendResult`` (a failed end is its
-            ``end_error``, as alone), or the ``HalfmoonError`` the single send would have
-            raised for it (404 ``topic_not_found``, 409 ``duplicate_msg_id``, 413, ...; or the
-            error of the whole request, e.g. a connection error, for each message of that
-            request). A refused message runs no local transaction; the others proceed.
-            Nothing is raised for a broker error.
-        """
-        results: list[TransactionSendResult | HalfmoonError] = []
-        size = self.batch_max_messages
-        for start in range(0, len(msgs), size):
-            chunk = list(msgs[start : start + size])
-            halves = self._post_halves([self._half(m) for m in chunk])
-            ran: list[tuple[int, Any, LocalTransactionState, BaseException | None]] = []
-            ends: list[TransactionEnd] = []
-            for msg, outcome in zip(chunk, halves, strict=True):
-                if isinstance(outcome, HalfmoonError):
-                    continue
-                state, local_exception, end_request = self._execute_local(msg, arg, outcome[1])
-                ran.append((*outcome, state, local_exception))
-                ends.append(end_request)
-            answers = self.end_transactions(ends) if ends else []
-            done = iter(zip(ran, answers, strict=True))
-            for outcome in halves:
-                if isinstance(outcome, HalfmoonError):
-                    results.append(outcome)
-                    continue
-                (status, half, state, local_exception), answer = next(done)
-                if isinstance(answer, HalfmoonError):
-                    end, end_error = {}, answer
-                else:
-                    end, end_error = answer, None
-                results.append(
-                    self._transaction_result(status, half, state, local_exception, end, end_error)
-                )
-        return results
-
-    def end_transactions(
-        self, ends: Sequence[TransactionEnd]
-    ) -> list[dict[str, Any] | HalfmoonError]:
-        """End many transactions of this group (``POST /api/v1/transactions/end-batch``, one
-        request per ``batch_max_messages`` ends; one database transaction each, rows locked
-        in id order).
-
-        Args:
-            ends: ``TransactionEnd(transaction_id, state, remark=None,
-                from_transaction_check=False)`` each.
-
-        Returns:
-            per end, in order: what ``end_transaction`` would return
-            (``{"transaction_id", "state", ...}``), or the ``HalfmoonError`` it would have
-            raised (404 unknown id, 403 another group's, 409 ``transaction_already_resolved``
-            with ``details["state"]``). Nothing is raised for a broker error.
-        """
-        return transaction_end_batch(
-            self._api,
-            producer_group=self.producer_group,
-            ends=ends,
-            max_items=self.batch_max_messages,
-        )
+        return transaction_result(status, half, state, local_exception, end, end_error)
 
     def end_transaction(
         self,
@@ -383,180 +303,7 @@ class TransactionProducer(ClientBase):
             HalfmoonError: e.g. 404 ``topic_not_found``, 413 too large.
         """
         body = {"producer_group": self.producer_group, **msg.to_json()}
-        return _send_result(self._api.request("POST", "/api/v1/messages", json_body=body)[1])
-
-    def send_batch(self, msgs: Sequence[Message]) -> list[SendResult | HalfmoonError]:
-        """Send normal messages, visible to consumers at once (RocketMQ's batch send,
-        ``POST /api/v1/messages/batch``, one request per ``batch_max_messages``).
-
-        Returns:
-            per message, in order: its ``SendResult``, or the ``HalfmoonError`` ``send`` would
-            have raised for it (404 ``topic_not_found``, 413, ...; or the whole request's error
-            for each message of that request). Nothing is raised for a broker error.
-        """
-        bodies = [{"producer_group": self.producer_group, **m.to_json()} for m in msgs]
-        outcomes = batch_request(
-            self._api,
-            "/api/v1/messages/batch",
-            "messages",
-            bodies,
-            max_items=self.batch_max_messages,
-        )
-        return [o if isinstance(o, HalfmoonError) else _send_result(o[1]) for o in outcomes]
-
-    # sending: the shared steps
-
-    def _half(self, msg: Message) -> dict[str, Any]:
-        """The body of ``POST /transactions`` (and of a ``/transactions/batch`` item)."""
-        body: dict[str, Any] = {"producer_group": self.producer_group, **msg.to_json()}
-        if msg.msg_id is not None:
-            body["msg_id"] = msg.msg_id
-        if msg.check_immunity_seconds is not None:
-            body["check_immunity_seconds"] = msg.check_immunity_seconds
-        return body
-
-    def _post_halves(self, bodies: list[dict[str, Any]]) -> list[BatchOutcome]:
-        """``POST /transactions/batch`` of ``bodies``: per item ``(status, half)`` or its
-        error (``batch_request``)."""
-        return batch_request(
-            self._api,
-            "/api/v1/transactions/batch",
-            "messages",
-            bodies,
-            max_items=self.batch_max_messages,
-        )
-
-    def _execute_local(
-        self, msg: Message, arg: Any, half: dict[str, Any]
-    ) -> tuple[LocalTransactionState, BaseException | None, TransactionEnd]:
-        """Run the local transaction of the stored half message ``half`` (RocketMQ
-        ``executeLocalTransaction``, ``msg.transaction_id`` set first); an exception or an
-        answer that is no state counts as UNKNOW.
-
-        Returns:
-            (the state, the exception raised or None, the end to report).
-        """
-        transaction_id = half["transaction_id"]
-        msg.transaction_id = transaction_id
-        local_exception: BaseException | None = None
-        try:
-            state = LocalTransactionState.coerce(self.listener.execute_local_transaction(msg, arg))
-        except Exception as exc:  # RocketMQ catches Throwable: the back-check will decide
-            logger.info("execute_local_transaction raised for %s", transaction_id, exc_info=True)
-            state = LocalTransactionState.UNKNOW
-            local_exception = exc
-        remark = None
-        if local_exception is not None:
-            remark = f"executeLocalTransactionBranch exception: {local_exception!r}"[:1024]
-        return state, local_exception, TransactionEnd(transaction_id, state, remark)
-
-    @staticmethod
-    def _transaction_result(
-        status: int,
-        half: dict[str, Any],
-        state: LocalTransactionState,
-        local_exception: BaseException | None,
-        end: dict[str, Any],
-        end_error: HalfmoonError | None,
-    ) -> TransactionSendResult:
-        """The ``TransactionSendResult`` of a half send answered ``status`` / ``half``, a
-        local transaction answering ``state``, and an end answered ``end`` (or failed)."""
-        if end_error is not None:
-            logger.warning(
-                "local transaction %s is %s, but end failed: %s",
-                half["transaction_id"],
-                state.value,
-                end_error,
-            )
-        return TransactionSendResult(
-            send_status=half.get("status", "SEND_OK"),
-            msg_id=half["msg_id"],
-            transaction_id=half["transaction_id"],
-            commit_log_offset=half["commit_log_offset"],
-            half_queue_offset=half["half_queue_offset"],
-            created=status == 201,
-            local_transaction_state=state,
-            state=end.get("state"),
-            queue_id=end.get("queue_id"),
-            queue_offset=end.get("queue_offset"),
-            local_exception=local_exception,
-            end_error=end_error,
-        )
-
-    # sending: linger mode
-
-    def _batchers(
-        self,
-    ) -> tuple[Batcher[dict[str, Any], tuple[int, Any]], Batcher[TransactionEnd, dict[str, Any]]]:
-        """The half and end batchers, made on first use; the caller holds ``_linger_lock``."""
-        if self._half_batcher is None or self._end_batcher is None:
-            linger_s = self.batch_linger_ms / 1000
-            self._half_batcher = Batcher(
-                self._post_halves,
-                linger_s=linger_s,
-                max_items=self.batch_max_messages,
-                name=f"halfmoon-half-batcher-{self.producer_group}",
-            )
-            self._end_batcher = Batcher(
-                self.end_transactions,
-                linger_s=linger_s,
-                max_items=self.batch_max_messages,
-                name=f"halfmoon-end-batcher-{self.producer_group}",
-            )
-        return self._half_batcher, self._end_batcher
-
-    def _send_lingering(self, msg: Message, arg: Any) -> TransactionSendResult:
-        """``send_message_in_transaction`` through the batchers (linger mode)."""
-        with self._linger_lock:
-            if self._linger_closing or self._closed:
-                raise RuntimeError("The producer was shut down; make a new one.")
-            half_batcher, end_batcher = self._batchers()
-            # Queued under the lock: shutdown() closes the half batcher only after this.
-            half_future = half_batcher.submit(self._half(msg))
-            self._linger_callers += 1
-        end_future: Future[dict[str, Any]] | None = None
-        try:
-            status, half = half_future.result()  # raises the error of this half message
-            state, local_exception, end_request = self._execute_local(msg, arg, half)
-            # RuntimeError: shutdown stopped waiting for this local transaction.
-            with contextlib.suppress(RuntimeError):
-                end_future = end_batcher.submit(end_request)
-        finally:
-            with self._linger_lock:
-                self._linger_callers -= 1
-                self._linger_lock.notify_all()
-        end: dict[str, Any] = {}
-        end_error: HalfmoonError | None = None
-        if end_future is None:
-            end_error = HalfmoonError(
-                "The producer was shut down before this end was sent; the back-check decides.",
-                code="producer_shut_down",
-            )
-        else:
-            try:
-                end = end_future.result()
-            except HalfmoonError as exc:
-                end_error = exc
-        return self._transaction_result(status, half, state, local_exception, end, end_error)
-
-    def _linger_flush(self, timeout_s: float) -> None:
-        """Linger mode's part of ``shutdown``: refuse new sends, send the queued half
-        messages, wait up to ``timeout_s`` s for the callers' ends, send them."""
-        with self._linger_lock:
-            self._linger_closing = True
-            half_batcher, end_batcher = self._half_batcher, self._end_batcher
-        if half_batcher is None or end_batcher is None:
-            return
-        end_batcher.drain()  # ends from now on are sent without waiting for others
-        half_batcher.close()
-        with self._linger_lock:
-            if not self._linger_lock.wait_for(lambda: self._linger_callers == 0, timeout_s):
-                logger.warning(
-                    "shutdown: %d local transactions still running; the back-check will "
-                    "resolve them",
-                    self._linger_callers,
-                )
-        end_batcher.close()
+        return send_result(self._api.request("POST", "/api/v1/messages", json_body=body)[1])
 
     # back-checks
 
@@ -575,15 +322,3 @@ class TransactionProducer(ClientBase):
             except Exception:
                 logger.warning("on_check raised", exc_info=True)
         return state
-
-
-def _send_result(out: dict[str, Any]) -> SendResult:
-    """A ``SendResult`` from the answer of ``POST /messages`` (or a ``/messages/batch`` item)."""
-    return SendResult(
-        send_status=out["status"],
-        msg_id=out["msg_id"],
-        topic=out["topic"],
-        queue_id=out["queue_id"],
-        queue_offset=out["queue_offset"],
-        commit_log_offset=out["commit_log_offset"],
-    )
