@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-DEVELOPMENT_SECRET_KEY = "halfmoon-insecure-development-key-change-me"
-"""``SECRET_KEY`` when neither ``DJANGO_SECRET_KEY`` nor ``DJANGO_SECRET_KEY_FILE`` is set;
-accepted only with ``DJANGO_DEBUG`` on."""
+from broker.rules.secret_keys import DEVELOPMENT_SECRET_KEY
 
 
 class InsecureSecretKey(ImproperlyConfigured):

@@ -18,7 +18,7 @@
 # The models by area; every name is importable from ``broker.models`` as before.
 from broker.models.access import AccessKey, OperatorGrant  # noqa: F401
 from broker.models.alerts import Alert, AlertNotification, AlertReceiver, AlertRule, AlertSilence  # noqa: F401
-from broker.models.archive import ArchiveSegment, ArchiveWatermark  # noqa: F401
+from broker.models.archive import ARCHIVE_WATERMARK, ArchiveSegment, ArchiveWatermark  # noqa: F401
 from broker.models.audit import AuditEntry, AuditTarget  # noqa: F401
 from broker.models.base import model_from_row, model_new, now_ms  # noqa: F401
 from broker.models.commitlog import MULTI_KEYS, ConsumeQueue, Message, Topic, keys_array  # noqa: F401
@@ -33,6 +33,7 @@ from broker.models.reconciliation import (  # noqa: F401
 from broker.models.transactions import CheckRequest, Resolution, Transaction, TransactionEvent  # noqa: F401
 
 __all__ = [
+    "ARCHIVE_WATERMARK",
     "AccessKey",
     "Alert",
     "AlertNotification",

@@ -6,11 +6,14 @@ from django.db import models
 
 from broker.models.base import now_ms
 
+ARCHIVE_WATERMARK = "logs"
+"""The watermark row's name (the commit log, the journals and the Op messages share one)."""
+
 
 class ArchiveWatermark(models.Model):
     """How far the logs are archived (``broker.services.archive``): every row stored before
     ``archived_until_timestamp`` (ms) is in a complete segment of the archive, and rows before
-    ``pruned_until_timestamp`` that were final are gone from the database. One row, ``logs``;
+    ``pruned_until_timestamp`` that were final are gone from the database. One row, ``ARCHIVE_WATERMARK``;
     it advances only after a segment is in place with its ``_SUCCESS`` marker."""
 
     name = models.CharField(max_length=16, primary_key=True)

@@ -24,9 +24,9 @@ from broker.rules.check_explanation import (
     source_of,
 )
 from broker.rules.checks import check_immunity_valid
+from broker.rules.recovery import immunity_seconds as parse_immunity_seconds
 from broker.rules.states import TransactionState
 from broker.selectors.queries import first_or_not_found
-from broker.services.recovery.derive import immunity_seconds as parse_immunity_seconds
 from halfmoon.broker_settings import BROKER_SETTINGS
 
 _DEFAULTS = {spec.name: spec.default for spec in BROKER_SETTINGS}

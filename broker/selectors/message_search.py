@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from django.db.models import F, Q, QuerySet
 
 from broker.models import (
+    ARCHIVE_WATERMARK,
     ArchiveSegment,
     ArchiveWatermark,
     ConsumerOffset,
@@ -28,7 +29,6 @@ from broker.models import (
 )
 from broker.rules.messages import DeliveryState, MessageKind, delivery_state, message_kind
 from broker.selectors.queries import key_match
-from broker.services.archive.watermark import WATERMARK
 
 SEARCH_PAGE_DEFAULT = 50
 SEARCH_PAGE_MAX = 200
@@ -196,7 +196,7 @@ def archive_note(query: MessageQuery) -> ArchiveNote | None:
     segments overlapping ``[start_ms, min(end_ms, pruned_until))`` (the whole pruned time for a
     search without a range). Two queries."""
     pruned_until = (
-        ArchiveWatermark.objects.filter(name=WATERMARK)
+        ArchiveWatermark.objects.filter(name=ARCHIVE_WATERMARK)
         .values_list("pruned_until_timestamp", flat=True)
         .first()
     )

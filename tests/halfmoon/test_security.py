@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from halfmoon.security import (
-    DEVELOPMENT_SECRET_KEY,
-    InsecureSecretKey,
-    secret_key_check,
-)
+from broker.rules.secret_keys import DEVELOPMENT_SECRET_KEY
+from halfmoon.security import InsecureSecretKey, secret_key_check
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).with_name("celery"))

@@ -22,6 +22,7 @@ from rocketmq.v5.util.signature import Signature
 
 from broker.errors import NotFound, Unauthorized
 from broker.models import AccessKey
+from broker.rules.secret_keys import DEVELOPMENT_SECRET_KEY
 from broker.services.access.secrets import (
     access_key_secret_clear,
     access_key_secret_encryption_check,
@@ -29,7 +30,6 @@ from broker.services.access.secrets import (
     signature_authenticate,
 )
 from broker.services.topology.writes import access_key_create
-from halfmoon.security import DEVELOPMENT_SECRET_KEY
 
 DATE_TIME = "20240102T030405Z"
 

@@ -35,8 +35,8 @@ from django.core.exceptions import ImproperlyConfigured
 from broker.errors import Unauthorized, not_found
 from broker.lookups import access_key_by_name
 from broker.models import AccessKey
+from broker.rules.secret_keys import DEVELOPMENT_SECRET_KEY
 from broker.rules.signatures import SIGNED_HEADER, authorization_parse, signature_matches
-from halfmoon.security import DEVELOPMENT_SECRET_KEY
 
 logger = logging.getLogger("halfmoon.access_keys")
 

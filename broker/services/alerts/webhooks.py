@@ -10,7 +10,7 @@ internet, does not let check URLs reach the internet too):
   (``broker.services.checks.targets.target_url_refusal``: http or https, no link-local,
   multicast or unspecified address, not the broker itself, in the allowed networks; a host
   name not listed by name is resolved then);
-- when a notification is sent, ``broker.services.checks.targets.PinnedTransport`` resolves the
+- when a notification is sent, ``broker.plumbing.pinned_transport.PinnedTransport`` resolves the
   host again, judges every address and connects to a judged one (DNS rebinding reaches
   nothing), and the request follows no redirect and no ``HTTP(S)_PROXY``.
 
@@ -31,9 +31,9 @@ from halfmoon_client.signing import SIGNATURE_HEADER, sign_check_body
 
 from broker.conf import conf
 from broker.errors import InvalidInput
+from broker.plumbing.pinned_transport import PinnedTransport
 from broker.rules.check_targets import AllowedTargets
 from broker.services.checks.targets import (
-    PinnedTransport,
     allowed_targets_setting,
     broker_endpoint,
     target_url_refusal,

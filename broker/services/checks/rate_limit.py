@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 
-import redis
-from django.conf import settings
-
 from broker.conf import conf
 from broker.models import Transaction
+from broker.plumbing.rate_counter import window_count_add
 from broker.rules.states import TransactionState
 from broker.services.checks.payload import CheckJob
 
@@ -18,18 +16,6 @@ logger = logging.getLogger("halfmoon.checks")
 
 RATE_KEY_TTL_S = 5  # a one-second window's counter outlives its second, then goes
 HELD_BACK_MS = 1000  # a held-back check is due again when the next window opens
-
-_redis_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    """This process's Redis client for the counters (``REDIS_URL``, 2 s timeouts)."""
-    global _redis_client
-    if _redis_client is None:
-        _redis_client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
-        )
-    return _redis_client
 
 
 def check_rate_limit(jobs: list[CheckJob], *, now: int) -> list[CheckJob]:
@@ -50,15 +36,8 @@ def check_rate_limit(jobs: list[CheckJob], *, now: int) -> list[CheckJob]:
     window = now // 1000
     for group, group_jobs in by_group.items():
         key = f"halfmoon:check-rate:{group}:{window}"
-        try:
-            pipe = _redis().pipeline()
-            pipe.incrby(key, len(group_jobs))
-            pipe.expire(key, RATE_KEY_TTL_S)
-            used = int(pipe.execute()[0])
-        except redis.RedisError:
-            logger.warning(
-                "check rate of %s not counted: Redis did not answer", group, exc_info=True
-            )
+        used = window_count_add(key, len(group_jobs), ttl_s=RATE_KEY_TTL_S)
+        if used is None:  # Redis did not answer: the limit is a guard, not a dependency
             kept.extend(group_jobs)
             continue
         allowed = max(0, limit - (used - len(group_jobs)))

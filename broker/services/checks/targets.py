@@ -7,7 +7,7 @@ Two moments apply the rule:
   ``broker.services.topology.writes.check_url_validate`` for the API, the console, the Django admin):
   the scheme, an IP literal's address, or, for a host name not listed by name in
   ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``, every address it resolves to now;
-- when a check is sent (``PinnedTransport``, the httpx transport of the check round): the
+- when a check is sent (``broker.plumbing.pinned_transport.PinnedTransport``, the httpx transport of the check round): the
   name is resolved again, every address judged, and the connection made to a judged address
   (the URL's host pinned to it, the ``Host`` header and the TLS server name kept), so a name
   that resolves elsewhere by then (DNS rebinding) reaches nothing it should not. A refusal
@@ -21,17 +21,15 @@ moments, ``target_url_refusal`` and ``PinnedTransport``, against their own allow
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import functools
 import ipaddress
 import socket
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 from broker.conf import conf
+from broker.plumbing.pinned_transport import PinnedTransport, resolve_within, resolved_or_empty
 from broker.rules.check_targets import (
     AllowedTargets,
     BrokerEndpoint,
@@ -43,16 +41,6 @@ from broker.rules.check_targets import (
     check_target_parse,
     name_unresolved_refusal,
 )
-
-_RESOLVER = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="check-dns")
-
-
-class CheckTargetRefused(httpx.ConnectError):
-    """A check not sent because its target breaks the check-target rule (``refusal``)."""
-
-    def __init__(self, refusal: Refusal, *, request: httpx.Request) -> None:
-        super().__init__(refusal.message, request=request)
-        self.refusal = refusal
 
 
 def allowed_targets() -> AllowedTargets:
@@ -91,30 +79,13 @@ def broker_endpoint() -> BrokerEndpoint:
 
 @functools.lru_cache(maxsize=8)
 def _broker_endpoint(host: str, port: int) -> BrokerEndpoint:
-    addresses: set[IPAddress] = set(_resolved_or_empty(host))
+    addresses: set[IPAddress] = set(resolved_or_empty(host))
     networks: list[IPNetwork] = []
     if any(a.is_unspecified for a in addresses):
         networks += [ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")]
-        addresses = set(_resolved_or_empty(socket.gethostname()))
+        addresses = set(resolved_or_empty(socket.gethostname()))
     networks += [ipaddress.ip_network(a) for a in addresses]
     return BrokerEndpoint(port=port, networks=tuple(networks))
-
-
-def _resolved_or_empty(host: str) -> list[IPAddress]:
-    try:
-        return _addresses(socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM))
-    except (OSError, UnicodeError):
-        return []
-
-
-def _addresses(infos: list[Any]) -> list[IPAddress]:
-    """The distinct addresses of ``getaddrinfo`` results, in its order (scope ids dropped)."""
-    seen: list[IPAddress] = []
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if address not in seen:
-            seen.append(address)
-    return seen
 
 
 def check_url_refusal(url: str) -> Refusal | None:
@@ -144,10 +115,9 @@ def target_url_refusal(
         return address_refusal(target.address, target.port, allowed=allowed, broker=broker)
     if allowed.allows_name(target.host):
         return None
-    future = _RESOLVER.submit(socket.getaddrinfo, target.host, target.port, 0, socket.SOCK_STREAM)
     try:
-        addresses = _addresses(future.result(timeout=resolve_timeout_ms / 1000))
-    except concurrent.futures.TimeoutError:
+        addresses = resolve_within(target.host, target.port, resolve_timeout_ms / 1000)
+    except TimeoutError:
         return name_unresolved_refusal(
             target.host, f"no answer within {resolve_timeout_ms} ms", setting=allowed.setting
         )
@@ -160,104 +130,6 @@ def target_url_refusal(
         if refusal is not None:
             return refusal
     return None
-
-
-async def _resolve(host: str, port: int, timeout_s: float) -> list[IPAddress]:
-    """Every address ``host`` resolves to, within ``timeout_s``.
-
-    Raises:
-        OSError: the name does not resolve. TimeoutError: no answer in time.
-    """
-    loop = asyncio.get_running_loop()
-    infos = await asyncio.wait_for(
-        loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=timeout_s
-    )
-    return _addresses(infos)
-
-
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that judges each request's target just before it connects.
-
-    It resolves the URL's host (``HALFMOON_CHECK_REQUEST_TIMEOUT_MS`` at most), judges every
-    address with ``broker.rules.check_targets.address_refusal`` (raising ``CheckTargetRefused``
-    if any is refused), then sends the request to the first address that accepts a
-    connection: the URL's host is replaced by that address, while the ``Host`` header (set
-    from the original URL) and the TLS server name (httpcore's ``sni_hostname``, which the
-    certificate is verified against) stay the name. Each host name gets its own connection
-    pool, so a TLS connection verified for one name never carries another's request.
-
-    ``verify``: httpx's TLS verification (True: the system's CAs; tests pass an SSL context).
-    """
-
-    def __init__(
-        self,
-        *,
-        allowed: AllowedTargets,
-        broker: BrokerEndpoint | None,
-        resolve_timeout_s: float,
-        verify: Any = True,
-    ) -> None:
-        self._allowed = allowed
-        self._broker = broker
-        self._resolve_timeout_s = resolve_timeout_s
-        self._verify = verify
-        self._pools: dict[str, httpx.AsyncHTTPTransport] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Judge, pin and send ``request``.
-
-        Raises:
-            CheckTargetRefused: the URL or one of its addresses is refused.
-            httpx.ConnectError: the name does not resolve, or no address accepts a connection.
-            httpx.ConnectTimeout: the name did not resolve in time.
-        """
-        target = check_target_parse(str(request.url), subject=self._allowed.subject)
-        if isinstance(target, Refusal):
-            raise CheckTargetRefused(target, request=request)
-        if target.address is not None:
-            addresses = [target.address]
-        else:
-            try:
-                addresses = await _resolve(target.host, target.port, self._resolve_timeout_s)
-            except TimeoutError as exc:
-                raise httpx.ConnectTimeout(
-                    f"{target.host} did not resolve in time", request=request
-                ) from exc
-            except (OSError, UnicodeError) as exc:
-                raise httpx.ConnectError(
-                    f"{target.host} does not resolve: {exc}", request=request
-                ) from exc
-            if not addresses:
-                raise httpx.ConnectError(f"{target.host} resolves to nothing", request=request)
-        for address in addresses:
-            refusal = address_refusal(
-                address, target.port, allowed=self._allowed, broker=self._broker, host=target.host
-            )
-            if refusal is not None:
-                raise CheckTargetRefused(refusal, request=request)
-        pool = self._pools.get(target.host)
-        if pool is None:
-            pool = httpx.AsyncHTTPTransport(verify=self._verify, trust_env=False)
-            self._pools[target.host] = pool
-        request.extensions = {**request.extensions, "sni_hostname": target.host}
-        original = request.url
-        try:
-            for address in addresses[:-1]:
-                request.url = original.copy_with(host=str(address))
-                try:
-                    return await pool.handle_async_request(request)
-                except httpx.ConnectError:  # nothing was sent: try the next address
-                    continue
-            request.url = original.copy_with(host=str(addresses[-1]))
-            return await pool.handle_async_request(request)
-        finally:
-            request.url = original
-
-    async def aclose(self) -> None:
-        """Close every host's connection pool."""
-        for pool in self._pools.values():
-            await pool.aclose()
-        self._pools.clear()
 
 
 def pinned_transport(*, verify: Any = True) -> PinnedTransport:

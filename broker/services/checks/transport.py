@@ -11,9 +11,10 @@ import httpx
 from halfmoon_client.signing import SIGNATURE_HEADER
 
 from broker.conf import conf
+from broker.plumbing.pinned_transport import CheckTargetRefused
 from broker.rules.states import CheckAnswer, EndAction, action_of_answer, answer_label
 from broker.services.checks.payload import CheckJob, CheckOutcome
-from broker.services.checks.targets import CheckTargetRefused, pinned_transport
+from broker.services.checks.targets import pinned_transport
 
 logger = logging.getLogger("halfmoon.checks")
 

@@ -76,8 +76,7 @@ Modules, one job each:
 - ``rebuild``: ``transactions_rebuild``.
 """
 
-from broker.services.recovery.rebuild import CHUNK_SIZE, transactions_rebuild
-from broker.services.recovery.report import (
+from broker.rules.recovery_report import (
     COMPARED_FIELDS,
     DELIVERED_MESSAGE,
     EXTRA,
@@ -89,6 +88,7 @@ from broker.services.recovery.report import (
     Difference,
     RebuildReport,
 )
+from broker.services.recovery.rebuild import CHUNK_SIZE, transactions_rebuild
 
 __all__ = [
     "CHUNK_SIZE",

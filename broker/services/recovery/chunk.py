@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.services.recovery.derive import (
+from broker.rules.recovery import (
     CheckJournal,
     Delivery,
     HalfMessage,

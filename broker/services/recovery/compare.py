@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from broker.rules.states import TransactionState
-from broker.services.recovery.derive import (
+from broker.rules.recovery import (
     DerivedTransaction,
     TransactionLogs,
     is_resolved,
@@ -20,14 +19,15 @@ from broker.services.recovery.derive import (
     resolution_action,
     transaction_derive,
 )
-from broker.services.recovery.repair import RepairPlan
-from broker.services.recovery.report import (
+from broker.rules.recovery_report import (
     COMPARED_FIELDS,
     MISSING,
     RESOLUTION,
     RESOLUTION_ACTION,
     RESOLUTION_OP_OFFSET,
 )
+from broker.rules.states import TransactionState
+from broker.services.recovery.repair import RepairPlan
 
 REBUILT_REASON = "rebuilt from the commit log"
 """The ``reason`` of a ``Resolution`` the rebuild writes."""

@@ -21,7 +21,7 @@ from broker.constants import (
     PROPERTY_REAL_TOPIC,
 )
 from broker.models import ConsumeQueue, Message, Resolution, Transaction, TransactionEvent
-from broker.services.recovery.derive import (
+from broker.rules.recovery import (
     CheckJournal,
     Delivery,
     DiscardCopy,
@@ -29,7 +29,7 @@ from broker.services.recovery.derive import (
     JournalledResolution,
     check_journal_fold,
 )
-from broker.services.recovery.report import COMPARED_FIELDS
+from broker.rules.recovery_report import COMPARED_FIELDS
 
 STORED_FIELDS = (
     "transaction_id",

@@ -9,9 +9,10 @@ import time
 from django.db import transaction
 
 from broker.conf import conf
+from broker.rules.recovery import HalfMessage
+from broker.rules.recovery_report import EXTRA, Difference, RebuildReport
 from broker.services.recovery.chunk import chunk_logs_read
 from broker.services.recovery.compare import transaction_compare
-from broker.services.recovery.derive import HalfMessage
 from broker.services.recovery.oplog import OpIndex, op_index_read
 from broker.services.recovery.reads import (
     extra_rows_read,
@@ -21,7 +22,6 @@ from broker.services.recovery.reads import (
     store_timestamps_read,
 )
 from broker.services.recovery.repair import RepairPlan, extra_row_delete
-from broker.services.recovery.report import EXTRA, Difference, RebuildReport
 
 logger = logging.getLogger("halfmoon.recovery")
 

@@ -14,8 +14,8 @@ from django.db.models import Exists, OuterRef
 
 from broker.constants import HALF_TOPIC
 from broker.models import Message, Resolution, Transaction, now_ms
+from broker.rules.recovery_report import Difference, plain
 from broker.rules.states import TransactionState
-from broker.services.recovery.report import Difference, plain
 
 
 @dataclass

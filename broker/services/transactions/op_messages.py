@@ -18,7 +18,6 @@ oldest unflushed resolution is an interval old. An end request never waits for a
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 
 from celery import current_app
@@ -27,6 +26,7 @@ from django.db import transaction
 from broker.conf import conf
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
 from broker.models import Resolution, now_ms
+from broker.plumbing.size_trigger import SizeTrigger
 from broker.rules.op_body import op_body_format, op_body_size
 from broker.services.commitlog.storage import message_put, new_msg_id
 
@@ -35,8 +35,8 @@ logger = logging.getLogger("halfmoon.op_messages")
 OP_FLUSH_LIMIT = 20_000  # resolutions per flush transaction: ~8 bytes each, ~40 Op messages
 OP_FLUSH_TASK = "tasks.op_messages.op_flush_queue"
 
-_buffered: dict[int, int] = {}
-_buffered_lock = threading.Lock()
+_buffered = SizeTrigger()
+"""This process's bytes of Op offsets noted per half queue since its last size-triggered flush."""
 
 
 def op_buffer_note(*, half_queue_id: int, half_queue_offset: int) -> None:
@@ -57,14 +57,7 @@ def op_buffer_notes(resolutions: Sequence[tuple[int, int]]) -> None:
         sizes[half_queue_id] = sizes.get(half_queue_id, 0) + op_body_size([half_queue_offset])
 
     def note() -> None:
-        full = []
-        with _buffered_lock:
-            for half_queue_id, size in sizes.items():
-                total = _buffered.get(half_queue_id, 0) + size
-                if total >= conf.op_msg_max_size:
-                    full.append(half_queue_id)
-                    total = 0
-                _buffered[half_queue_id] = total
+        full = _buffered.add(sizes, threshold=conf.op_msg_max_size)
         for half_queue_id in full:
             try:
                 current_app.send_task(OP_FLUSH_TASK, args=[half_queue_id])

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from broker.models import ProducerGroup
-from broker.services.checks import rate_limit
+from broker.plumbing import rate_counter
 from broker.services.topology.writes import producer_group_create
 from tests.services.checks.helpers import REFUSED_PORT, SILENT_PORT
 from tests.support import CheckServer
@@ -36,7 +36,7 @@ def rate_redis(settings, monkeypatch):
             client.delete(key)
 
     clear()
-    monkeypatch.setattr(rate_limit, "_redis_client", None)
+    monkeypatch.setattr(rate_counter, "_redis_client", None)
     yield client
     clear()
     client.close()

@@ -12,7 +12,7 @@ from broker.models import (
     Transaction,
     now_ms,
 )
-from broker.services.checks import rate_limit
+from broker.plumbing import rate_counter
 from tests.services.checks.helpers import (
     REFUSED_PORT,
     by_group,
@@ -99,7 +99,7 @@ def test_checks_go_out_when_redis_does_not_answer(one_queue, check_server, setti
     """The rate limit is a guard, not a dependency: without Redis every claimed check is sent."""
     one_queue["HALFMOON_CHECK_GROUP_MAX_PER_SECOND"] = 1
     monkeypatch.setattr(
-        rate_limit,
+        rate_counter,
         "_redis_client",
         redis.Redis(host="127.0.0.1", port=REFUSED_PORT, socket_connect_timeout=0.5),
     )

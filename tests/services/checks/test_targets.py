@@ -1,6 +1,6 @@
 """Back-check targets under control: the check-target rule applied when a
 ``check_url`` is set (``broker.services.topology.writes.check_url_validate``) and again, after DNS
-resolution, when a check is sent (``broker.services.checks.targets.PinnedTransport``): a
+resolution, when a check is sent (``broker.plumbing.pinned_transport.PinnedTransport``): a
 refused target is an UNDELIVERED check with its reason in the timeline; an allowed name is
 reached at the address that was judged, with its Host header and TLS server name."""
 
@@ -21,9 +21,9 @@ from cryptography.x509.oid import NameOID
 
 from broker.errors import InvalidInput
 from broker.models import ProducerGroup, TransactionEvent
+from broker.plumbing.pinned_transport import CheckTargetRefused, PinnedTransport
 from broker.rules.check_targets import allowed_targets_parse
 from broker.selectors.timeline import transaction_timeline
-from broker.services.checks.targets import CheckTargetRefused, PinnedTransport
 from broker.services.topology.writes import producer_group_create, producer_group_update
 from tests.services.checks.helpers import journal, refreshed, url_group
 from tests.support import answer_state, due_at, prepare, round_for

@@ -2,7 +2,7 @@
 
 Pure: plain values in (the half message, the Op log's answer, the delivered message, the discard
 copy, the journals), plain values out; no database and no settings (the caller passes the
-setting values). ``tests/services/recovery/test_derive.py`` tests it with no database.
+setting values). ``tests/rules/test_recovery.py`` tests it with no database.
 
 RocketMQ reads its logs this way (``TransactionalMessageServiceImpl``,
 ``EndTransactionProcessor``, ``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``),
@@ -26,6 +26,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from broker.rules.checks import check_immunity_ms, first_check_timestamp, next_check_after_check
+from broker.rules.recovery_report import (
+    DELIVERED_MESSAGE,
+    RESOLUTION_HALF_OFFSET,
+    Difference,
+)
 from broker.rules.states import (
     RESOLVED_STATES,
     RESOLVING_ACTIONS,
@@ -34,11 +39,6 @@ from broker.rules.states import (
     TransactionState,
     resolution_of_action,
     state_of_action,
-)
-from broker.services.recovery.report import (
-    DELIVERED_MESSAGE,
-    RESOLUTION_HALF_OFFSET,
-    Difference,
 )
 
 RESOLVERS = (ResolvedBy.PRODUCER, ResolvedBy.CHECK, ResolvedBy.OPERATOR)

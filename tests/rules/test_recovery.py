@@ -1,6 +1,6 @@
 """The rebuild's derivation and comparison with no database: what one transaction's half
 message, Op log entry, delivery, discard copy and journals say its row and journal must be
-(``broker.services.recovery.derive``, ``compare``, ``oplog.OpIndex``)."""
+(``broker.rules.recovery``, ``compare``, ``oplog.OpIndex``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from broker.services.recovery.compare import REBUILT_REASON, transaction_compare
-from broker.services.recovery.derive import (
+from broker.rules.recovery import (
     CheckJournal,
     Delivery,
     DiscardCopy,
@@ -29,9 +28,7 @@ from broker.services.recovery.derive import (
     transaction_derive,
     transaction_state,
 )
-from broker.services.recovery.oplog import OpIndex, op_offsets
-from broker.services.recovery.repair import RepairPlan
-from broker.services.recovery.report import (
+from broker.rules.recovery_report import (
     DELIVERED_MESSAGE,
     MISSING,
     RESOLUTION,
@@ -40,6 +37,9 @@ from broker.services.recovery.report import (
     RESOLUTION_OP_OFFSET,
     Difference,
 )
+from broker.services.recovery.compare import REBUILT_REASON, transaction_compare
+from broker.services.recovery.oplog import OpIndex, op_offsets
+from broker.services.recovery.repair import RepairPlan
 
 pytestmark = pytest.mark.unit
 
