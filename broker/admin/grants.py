@@ -3,7 +3,7 @@
 - Users: Django's user admin, with the console user's operator grants on its change page
   ("Operator of producer groups" / "consumer groups"): a user in the ``viewer`` group with
   grants is an operator of those groups only. Saved through ``broker.services.access.grants``.
-- Access keys: on the key's own page (``broker.admin.core.AccessKeyAdmin``).
+- Access keys: on the key's own page (``broker.admin.access_keys.AccessKeyAdmin``).
 - Every grant, by holder: a read-only list (``/admin/broker/operatorgrant/``).
 """
 
@@ -19,8 +19,8 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from broker import models
+from broker.admin.access_keys import GroupListField
 from broker.admin.base import ReadOnlyAdmin, value_checked
-from broker.admin.core import GroupListField
 from broker.rules.grants import scope_description
 from broker.selectors.grants import operator_scope
 from broker.services.access.grants import operator_grants_set
