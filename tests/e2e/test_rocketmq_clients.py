@@ -88,11 +88,11 @@ CONSUMER_GROUPS = {
 
 
 def readme_example() -> str:
-    """The first ``python`` block of README.md's "RocketMQ clients" section."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## RocketMQ clients\n", 1)[1].split("\n## ", 1)[0]
+    """The first ``python`` block of docs/rocketmq-clients.md's "The transaction example"."""
+    doc = (ROOT / "docs" / "rocketmq-clients.md").read_text()
+    section = doc.split("\n## The transaction example\n", 1)[1].split("\n## ", 1)[0]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, "README.md's RocketMQ clients section has no python example"
+    assert match, "docs/rocketmq-clients.md's transaction example has no python block"
     return match.group(1)
 
 
