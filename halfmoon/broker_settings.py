@@ -20,6 +20,17 @@ class BrokerSetting:
     meaning: str
     minimum: int | None = None
     maximum: int | None = None
+    unit: str = ""
+    """The value's unit (``GET /api/v1/broker-settings``); by default from the name's suffix:
+    ``_MS`` ms, ``_HOURS`` hours, ``_SIZE`` bytes. A name without one gives it."""
+
+    def __post_init__(self) -> None:
+        if not self.unit:
+            suffixes = {"_MS": "ms", "_HOURS": "hours", "_SIZE": "bytes"}
+            unit = next((u for s, u in suffixes.items() if self.name.endswith(s)), "")
+            if not unit:
+                raise ValueError(f"{self.name} needs its unit: its name does not say it.")
+            object.__setattr__(self, "unit", unit)
 
 
 BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
@@ -36,6 +47,7 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "transactionCheckMax",
         "Checks delivered before a still-unresolved transaction is discarded.",
         1,
+        unit="checks",
     ),
     BrokerSetting(
         "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS",
@@ -72,6 +84,7 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "Half queues (and Op queues) transactions are sharded over by transaction id.",
         1,
         64,
+        unit="queues",
     ),
     BrokerSetting(
         "HALFMOON_MAX_MESSAGE_SIZE",
@@ -107,6 +120,7 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "-",
         "Transactions claimed per half queue per check round.",
         1,
+        unit="transactions",
     ),
     BrokerSetting(
         "HALFMOON_CHECK_CONCURRENCY",
@@ -114,6 +128,7 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "(checkThreadPoolMaxSize)",
         "Back-check HTTP requests in flight at once per round.",
         1,
+        unit="requests",
     ),
     BrokerSetting(
         "HALFMOON_CHECK_UNDELIVERED_BACKOFF_MS",
@@ -128,6 +143,7 @@ BROKER_SETTINGS: tuple[BrokerSetting, ...] = (
         "maxReconsumeTimes",
         "Default max_delivery_attempts of a new consumer group; then %DLQ%{group}.",
         1,
+        unit="attempts",
     ),
 )
 
@@ -139,6 +155,7 @@ BROKER_SETTINGS += (
         "-",
         "Checks of one producer group claimed per round of a half queue (the rest wait a round).",
         1,
+        unit="checks",
     ),
     BrokerSetting(
         "HALFMOON_CHECK_GROUP_MAX_PER_SECOND",
@@ -146,6 +163,7 @@ BROKER_SETTINGS += (
         "-",
         "Checks sent to one producer group per second, across all workers (Redis).",
         1,
+        unit="checks/s",
     ),
     BrokerSetting(
         "HALFMOON_CHECK_MAX_PROCESS_TIME_MS",
@@ -196,6 +214,7 @@ BROKER_SETTINGS += (
         "-",
         "Anomalies of one reconciliation run kept in the database for the API and console (all are in its Parquet output).",
         1,
+        unit="anomalies",
     ),
 )
 
@@ -208,6 +227,7 @@ BROKER_SETTINGS += (
         "Most items of one batch request (transactions/batch, end-batch, messages/batch); more answers 400.",
         1,
         10000,
+        unit="items",
     ),
 )
 
@@ -240,6 +260,7 @@ BROKER_SETTINGS += (
         "-",
         "Attempts to deliver a notification before it is marked failed (shown in the console, retried from there).",
         1,
+        unit="attempts",
     ),
     BrokerSetting(
         "HALFMOON_ALERT_NOTIFY_BACKOFF_MS",
@@ -259,6 +280,7 @@ BROKER_SETTINGS += (
         "Port of the gRPC server (RocketMQ 5's MessagingService, served to RocketMQ's own clients).",
         1,
         65535,
+        unit="port",
     ),
     BrokerSetting(
         "HALFMOON_GRPC_CLIENT_EXPIRY_MS",

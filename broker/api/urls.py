@@ -22,6 +22,7 @@ from broker.api.views.alert_receivers import (
 )
 from broker.api.views.alerts import AlertRuleDetailView, AlertRuleListCreateView
 from broker.api.views.batch import MessageBatchView, TransactionBatchView, TransactionEndBatchView
+from broker.api.views.broker_settings import BrokerSettingsView
 from broker.api.views.bulk import (
     BulkActionApplyView,
     BulkActionCreateView,
@@ -207,6 +208,7 @@ _ROUTES = [
         DeadLetterSetApplyView,
         "dead-letter-resend-apply",
     ),
+    ("broker-settings", BrokerSettingsView, "broker-settings"),
     ("alerts", AlertListView, "alert-list"),
     ("alerts/<int:alert_id>", AlertDetailView, "alert-detail"),
     ("alert-notifications", AlertNotificationListView, "alert-notification-list"),

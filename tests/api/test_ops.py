@@ -121,9 +121,9 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     # gRPC clients, a delivery's change-invisible-duration and dead-letter, the two check
     # explanations, the five alert-receivers and alert-silences paths, the four of alerts and
     # their notifications, a transaction's check-now, a consumer group, the four bulk-actions
-    # paths, the message search, a message's deliveries, the incident export and the eleven
-    # consumer-group operations' paths (docs/api.md)
-    assert len(api_v1_paths()) == 59
+    # paths, the message search, a message's deliveries, the incident export, the eleven
+    # consumer-group operations' paths and the broker settings (docs/api.md)
+    assert len(api_v1_paths()) == 60
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
