@@ -21,7 +21,8 @@ from broker.models import (
 from broker.selectors.audit import audit_entries_matching
 from broker.selectors.message_search import MessageQuery, messages_search
 from broker.selectors.reconciliation import reconciliation_run_latest_or_none
-from broker.selectors.timeline import TimelineEntry, transaction_timeline
+from broker.selectors.timeline import transaction_timeline
+from broker.selectors.timeline_entry import TimelineEntry
 from broker.selectors.transactions import stuck_transactions
 
 EXPORT_MAX_TRANSACTIONS = 1000

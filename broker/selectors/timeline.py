@@ -1,26 +1,18 @@
 """A transaction's timeline from the broker's own journals (shared by the console's transaction
-page and ``GET /api/v1/transactions/{id}/timeline``), and the transaction page's detail.
+page and ``GET /api/v1/transactions/{id}/timeline``), and the transaction page's detail. The
+entry type is ``timeline_entry``'s; the consumer groups' entries are ``timeline_consumers``'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from broker.conf import conf
-from broker.constants import (
-    CHECK_GROUP,
-    CHECK_MAX_TIME_TOPIC,
-    DLQ_GROUP_TOPIC_PREFIX,
-    HALF_TOPIC,
-    PROPERTY_DELIVERY_ATTEMPT,
-)
+from broker.constants import CHECK_MAX_TIME_TOPIC, HALF_TOPIC
 from broker.models import (
     AuditTarget,
-    ConsumerOffset,
-    Delivery,
-    DeliveryEvent,
     Message,
     ProducerGroup,
     Resolution,
@@ -28,40 +20,9 @@ from broker.models import (
     TransactionEvent,
 )
 from broker.rules.states import ResolvedBy
+from broker.selectors.timeline_consumers import consumer_entries
+from broker.selectors.timeline_entry import TimelineEntry, check_channel_name
 from broker.selectors.transactions import transaction_get
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    """One fact of a transaction's history.
-
-    ``timestamp``: when (ms since the epoch), None when the broker does not journal the time
-    (a consumer's ack deletes its delivery; these come last); ``kind``: what (see
-    ``transaction_timeline``); ``title``: one line for people; ``actor``: who caused it
-    (producer group, ``scan``, ``http`` / ``poll`` / ``telemetry`` check channel,
-    ``operator:<name>``, a consumer group) or ""; ``detail``: the journal's own fields;
-    ``channel``: for a check (``check_sent``, ``check_undelivered``), how it travelled, by its
-    operator-facing name (``check_channel_name``), else "".
-    """
-
-    timestamp: int | None
-    kind: str
-    title: str
-    actor: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-    channel: str = ""
-
-
-CHECK_CHANNEL_NAMES = {"http": "webhook", "poll": "long poll", "telemetry": "telemetry (gRPC)"}
-"""A check journal row's ``actor`` (its channel) by the name operators know it: a POST to the
-group's check URL, a hand-out to a producer long-polling its check requests, a
-``RecoverOrphanedTransactionCommand`` written on a RocketMQ client's telemetry stream."""
-
-
-def check_channel_name(actor: str) -> str:
-    """The operator-facing name of the channel a check journal row's ``actor`` names
-    (``CHECK_CHANNEL_NAMES``; an unknown one as it is)."""
-    return CHECK_CHANNEL_NAMES.get(actor, actor)
 
 
 def _ms(value: Any) -> str:
@@ -188,115 +149,6 @@ def _message_entries(
     return out, delivered
 
 
-_JOURNAL_TITLES = {
-    DeliveryEvent.Kind.DELIVERED: ("consumer_received", "Received by {group}, attempt {attempt}"),
-    DeliveryEvent.Kind.ACKED: ("consumer_acked", "Acked by {group} (attempt {attempt})"),
-    DeliveryEvent.Kind.DEAD_LETTERED: (
-        "consumer_dead_lettered",
-        "Dead-lettered to %DLQ%{group} after {attempt} attempts",
-    ),
-    DeliveryEvent.Kind.REDELIVERY: (
-        "consumer_redelivery",
-        "Made visible again to {group} by an operator (offset reset or resend)",
-    ),
-}
-
-
-def _journal_entries(
-    delivered: Message, dead: dict[str, Message]
-) -> tuple[list[TimelineEntry], set[str]]:
-    """The delivery journal of the delivered message (``DeliveryEvent``, in insertion order):
-    each hand-out to a consumer group (``consumer_received``, with its attempt), ack
-    (``consumer_acked``) and dead letter (``consumer_dead_lettered``, with the commit log
-    offset of its copy in ``dead``, by group), timed. Returns the entries and the groups they
-    name."""
-    out = []
-    groups = set()
-    for event in DeliveryEvent.objects.filter(commit_log_offset=delivered.pk).order_by("id"):
-        kind, title = _JOURNAL_TITLES[event.kind]
-        group = event.consumer_group
-        groups.add(group)
-        detail: dict[str, Any] = {"delivery_attempt": event.delivery_attempt}
-        if event.kind == DeliveryEvent.Kind.DEAD_LETTERED and group in dead:
-            detail["commit_log_offset"] = dead[group].commit_log_offset
-        text = title.format(group=group, attempt=event.delivery_attempt)
-        out.append(TimelineEntry(event.timestamp, kind, text, group, detail))
-    return out, groups
-
-
-def _consumer_entries(delivered: Message, messages: list[Message]) -> list[TimelineEntry]:
-    """Each consumer group's hand-outs of the delivered message.
-
-    From the delivery journal (``_journal_entries``): when each group received it (each
-    attempt), acked it or had it dead-lettered. Then, untimed, what the group holds now: in
-    flight (attempt, invisible until) or, for a group whose offset has not reached it, waiting.
-    For a group with no journal rows (deliveries before the journal existed, or rows pruned
-    past ``HALFMOON_FILE_RESERVED_HOURS``) it is said from the offsets and the DLQ copy as
-    before: dead-lettered (timed by the copy), or acked (untimed: not journalled)."""
-    dead = {
-        m.topic.removeprefix(DLQ_GROUP_TOPIC_PREFIX): m
-        for m in messages
-        if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
-    }
-    out, journalled = _journal_entries(delivered, dead)
-    offsets = ConsumerOffset.objects.filter(
-        topic=delivered.topic, queue_id=delivered.queue_id
-    ).exclude(consumer_group=CHECK_GROUP)
-    in_flight = {d.consumer_group: d for d in Delivery.objects.filter(message_id=delivered.pk)}
-    for offset in offsets.order_by("consumer_group"):
-        group = offset.consumer_group
-        if group in in_flight:
-            d = in_flight[group]
-            detail = {
-                "delivery_attempt": d.delivery_attempt,
-                "invisible_until_timestamp": d.invisible_until_timestamp,
-            }
-            out.append(
-                TimelineEntry(
-                    None,
-                    "consumer_in_flight",
-                    f"Received by {group}, attempt {d.delivery_attempt}, not acked yet",
-                    group,
-                    detail,
-                )
-            )
-        elif group in journalled:
-            continue  # acked or dead-lettered: the journal said when
-        elif group in dead:
-            m = dead[group]
-            attempts = m.properties.get(PROPERTY_DELIVERY_ATTEMPT, "?")
-            out.append(
-                TimelineEntry(
-                    m.store_timestamp,
-                    "consumer_dead_lettered",
-                    f"Dead-lettered to {m.topic} after {attempts} attempts",
-                    group,
-                    {"delivery_attempt": attempts, "commit_log_offset": m.commit_log_offset},
-                )
-            )
-        elif offset.offset > delivered.queue_offset:
-            out.append(
-                TimelineEntry(
-                    None,
-                    "consumer_acked",
-                    f"Acked by {group}",
-                    group,
-                    {"note": "the ack time is not journalled"},
-                )
-            )
-        else:
-            out.append(
-                TimelineEntry(
-                    None,
-                    "consumer_waiting",
-                    f"Not yet received by {group}",
-                    group,
-                    {"group_offset": offset.offset},
-                )
-            )
-    return out
-
-
 # Within one millisecond, facts follow in the order they cause each other.
 _KIND_RANK = {
     "half_stored": 0,
@@ -375,7 +227,7 @@ def transaction_timeline(transaction_id: str) -> list[TimelineEntry]:
         entries.append(_event_entry(operator_event, check_max))
     entries.extend(_audit_entries(tx.transaction_id))
     if delivered is not None:
-        entries.extend(_consumer_entries(delivered, messages))
+        entries.extend(consumer_entries(delivered, messages))
     return _sorted(entries)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.selectors.timeline import check_channel_name
+from broker.selectors.timeline_entry import check_channel_name
 from broker.services.transactions.end import transaction_end
 from tests.api_helpers import assert_error, key_client
 from tests.console.transactions.conftest import (  # the fixture short_checks, too

@@ -165,7 +165,7 @@ class TransactionOutSerializer(serializers.ModelSerializer):
 
 
 class TimelineEntrySerializer(serializers.Serializer):
-    """One fact of a transaction's history (``broker.selectors.timeline.TimelineEntry``):
+    """One fact of a transaction's history (``broker.selectors.timeline_entry.TimelineEntry``):
     ``timestamp`` ms since the epoch (null when not journalled), ``kind``, ``title``,
     ``actor`` (who caused it, or ""), the journal's ``detail`` and, for a check, ``channel``:
     how it travelled (``webhook``, ``long poll``, ``telemetry (gRPC)``; "" for other kinds)."""
