@@ -5,18 +5,7 @@ and restarts, with no multiprocess bookkeeping; what a scrape reads follows the 
 the history (``broker.services.metrics`` folds the journals into a rollup,
 ``broker.selectors.metrics`` reads it). Names and buckets follow RocketMQ 5.2's RIP-46.
 
-The alerting families (the shipped Prometheus rules in ``deploy/prometheus/`` read
-them) are labelled by producer group, consumer group and topic, never by an id, and read the
-selectors of the console's overview and topology pages (the pending set, the groups, the
-consumer queues) and the rollup, so they cost what is pending, not the history. Times are
-exported as Unix timestamps in seconds (Prometheus's advice: export when something happened,
-not how long ago): the age of the oldest pending transaction is
-``time() - halfmoon_pending_oldest_timestamp_seconds``.
-
-While the database does not answer, a scrape still answers 200: the families read from it are
-left out, and the process's own ``halfmoon_database_up`` (0) and
-``halfmoon_database_unavailable_responses_total`` (``broker.plumbing.database_status``) say why.
-"""
+More: docs/design.md, "Module notes", broker/metrics.py."""
 
 from __future__ import annotations
 

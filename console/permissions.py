@@ -7,14 +7,7 @@ consumer group's objects, ``TransactionOperateRequired`` / ``ConsumerGroupOperat
 (a full operator, or an operator scoped to that group). An anonymous visitor is sent to the
 sign-in page; a signed-in user without the permission gets 403.
 
-Scoped operators use Django's object permissions: ``user.has_perm("console.operate_console",
-obj)`` with ``obj`` a ``Transaction``, ``ProducerGroup``, ``ConsumerGroup`` or
-``broker.rules.grants.GroupRef`` is answered by ``OperatorGrantBackend`` (in
-``AUTHENTICATION_BACKENDS``) from the user's scope, ``operator_scope_of_user``: every group for
-a user with ``console.operate_console`` without an object (the ``operator`` and ``admin``
-roles, superusers), else the groups of the user's ``OperatorGrant`` rows
-(``broker.selectors.grants.operator_scope``, the rule ``broker.rules.grants``).
-"""
+More: docs/design.md, "Module notes", console/permissions.py."""
 
 from __future__ import annotations
 

@@ -7,21 +7,7 @@ Standard library only, so it runs with any Python 3 (the units use the project's
     healthcheck.py URL --wait 60        # probe every 0.5 s until the server answers, 60 s at most
     healthcheck.py URL --up             # exit 0 on any HTTP answer, 503 included
 
-Exit status:
-
-- 0: ``/healthz`` answered 200 (the web server, the database and Redis are up);
-- 1: it answered something else, e.g. 503 while the database or Redis is away: the web server
-  itself is alive and says so in the contract's error body, so restarting it would not help;
-- 2: no HTTP answer at all (connection refused, reset, or nothing within ``--timeout``): the web
-  server is down or stuck, the one case worth a restart.
-
-``--wait`` returns as soon as the server answers at all (0 or 1), or 2 when ``--wait`` seconds
-pass without an answer. ``--up`` turns 1 into 0: the question is then only "does the web server
-answer?". The web unit's ``ExecStartPost`` runs ``--up --wait 60`` (a start counts once the
-server serves, even while the database is away: it then answers 503 itself, which a restart would
-not mend); ``halfmoon-web-health.service``, run every 30 s by its timer, runs ``--up --wait 20``
-and restarts the web unit when that fails.
-"""
+More: docs/design.md, "Module notes", deploy/healthcheck.py."""
 
 from __future__ import annotations
 

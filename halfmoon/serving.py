@@ -1,30 +1,16 @@
 """How the web process serves HTTP: every view through Django's WSGI handler on a small pool of
 threads, the long polls' waits in the event loop.
 
-A request through Django's ASGI handler costs about twice the server CPU of the same request
-through its WSGI handler (figures in docs/operations.md, "Serving: what was measured"): under
-ASGI every sync view and sync middleware hook is a ``sync_to_async`` hop into a thread made for
-that request (36 calls and 18 hand-offs for a receive), and as many requests as are in flight
-each hold a pooled database connection, contending for the same offset counters. WSGI servers
-are faster for the REST API, but the console's websockets and the long polls
-(``POST /consumer-groups/{name}/receive``, ``GET /producer-groups/{name}/check-requests`` with
-``wait_ms`` up to 30 s) need an event loop: under WSGI each waiting request would hold a whole
-worker.
-
-So one ASGI server (uvicorn) serves everything behind one address, websockets through Channels
+One ASGI server (uvicorn) serves everything behind one address, websockets through Channels
 and HTTP through ``PooledHTTP``: Django's WSGI handler on ``HALFMOON_WEB_THREADS`` threads per
-process (default 4), reused from request to request (``BufferedWSGI``). A request runs in one
-thread from its first middleware to its response, as under a WSGI server, and at most that
-many requests per process hold a database connection at once. A long poll (``broker.api.views.
-long_poll``) makes its first read there too; when it finds nothing, the thread goes back to
-other requests and the wait is an ``await`` on the process's ``WakeupHub``
-(``broker.plumbing.polling.poll_continue``), each read after a wake-up one hop to a pool thread.
+process, reused from request to request (``BufferedWSGI``). A request runs in one thread from
+its first middleware to its response; a long poll that finds nothing gives its thread back and
+waits on the process's ``WakeupHub`` (``broker.plumbing.polling.poll_continue``). The body is
+read whole first (``BodyLimitMiddleware`` bounds it) and a chunked one gets a
+``Content-Length``.
 
-Before the handler runs, the whole body is read (``BodyLimitMiddleware`` in front of this
-bounds it, 413 past ``DATA_UPLOAD_MAX_MEMORY_SIZE``; spooled to disk past 2.5 MB) and, when the
-client sent it chunked, its length is stated in a ``Content-Length`` header: Django's WSGI
-request reads no body without one, and DRF decides from it whether there is a body at all.
-"""
+Why WSGI inside ASGI: docs/design.md "Serving the API"; more: docs/design.md, "Module notes",
+halfmoon/serving.py."""
 
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
 """A serializer's validation of a valid JSON object, without DRF's per-field machinery.
 
-DRF validates a body field by field through several layers of calls per field (``get_value``,
-``validate_empty_values``, ``to_internal_value``, ``run_validators``): about a sixth of a batch
-message's CPU (a half message and its end), paid for every item of a batch. For the serializers
-whose fields are all of the plain kinds the busy endpoints use (``StrictCharField``,
-``StrictIntegerField``, ``StrictBooleanField``, ``StrictChoiceField``, a ``DictField`` of
-``StrictCharField``; ``broker.api.serializers.fields``), ``validation_plan`` compiles, once per
-serializer class, a check of each field that reads every rule from the field itself (required,
-default, null, blank, its validators: max length, pattern, min and max value) and then calls the
-serializer's own ``validate``. So the rules stay where they are declared, once.
+For the serializers whose fields are all of the plain kinds the busy endpoints use
+(``StrictCharField``, ``StrictIntegerField``, ``StrictBooleanField``, ``StrictChoiceField``, a
+``DictField`` of ``StrictCharField``; ``broker.api.serializers.fields``), ``validation_plan``
+compiles, once per serializer class, a check of each field that reads every rule from the
+field itself, then calls the serializer's own ``validate``.
 
-The plan only ever answers for data it finds valid: at the first doubt (a wrong type, a value a
-validator refuses, a rule it does not know, ``validate`` raising) it gives up and the caller
-validates the same data with DRF (``broker.api.shapes.validated``), which words the error. The
-validated data of a valid object are the ones DRF gives (tests/api/test_fast_validation.py
-compares the two on valid and invalid inputs); error bodies are DRF's by construction.
-"""
+The plan only ever answers for data it finds valid: at the first doubt it gives up and the
+caller validates the same data with DRF (``broker.api.shapes.validated``), which words the
+error; tests/api/test_fast_validation.py compares the two. Why: docs/design.md, "Module
+notes", broker/api/fast_validation.py."""
 
 from __future__ import annotations
 

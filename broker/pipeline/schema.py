@@ -8,14 +8,7 @@ Layout under HALFMOON_ARCHIVE_URI::
     {uri}/_segments/{start_ms}.json                  (a segment's manifest, once it is in place)
     {uri}/reconciliation/run={id}/{facts,anomalies,buckets,analytics}/       (job output)
 
-A segment is a closed time range ``[start_ms, start_ms + HALFMOON_ARCHIVE_SEGMENT_MS)`` of each
-log's own time column (``TIME_COLUMNS``), in UTC. A table's directory holds only complete
-segments: each is written under ``_tmp`` and renamed into place, ``_SUCCESS`` included.
-``date``, ``hour`` and ``segment`` are directory (partition) columns, not in the files.
-
-Message bodies are not archived (they are the producers' data, not the broker's log); the Op
-messages' bodies are, parsed into ``op_offsets`` (``broker.rules.op_body``).
-"""
+More: docs/design.md, "Module notes", broker/pipeline/schema.py."""
 
 from __future__ import annotations
 

@@ -1,23 +1,7 @@
 """Commands for RocketMQ clients' telemetry streams, from any process to the gRPC server process
 holding the stream (Redis pub/sub, with a reply per command).
 
-A gRPC server process has a ``server_id`` (``telemetry_server_id``) and subscribes to its own
-channel, ``halfmoon:telemetry:<db>:<server_id>`` (``TelemetryCommandListener``). A client's row
-(``ClientConnection.server``) names the process holding its telemetry stream. Whoever needs a
-command written on that stream (the back-check round, a Celery worker) publishes it there with
-``telemetry_commands_send`` and waits for the server's reply on a list of its own:
-
-- ``written``: the server put the command on the client's live stream;
-- ``gone``: the server holds no stream of that client any more;
-- ``None`` (no reply): no process is subscribed to that channel (the server stopped) or it did
-  not answer within the timeout.
-
-Only ``written`` means the command reached a live client; the caller decides what the others
-mean (a back-check: undelivered, not counted).
-
-A command is a JSON object with at least ``client_id`` and ``type``; the bus adds
-``reply_to`` and ``seq``.
-"""
+More: docs/design.md, "Module notes", broker/plumbing/telemetry_bus.py."""
 
 from __future__ import annotations
 

@@ -10,22 +10,7 @@ Channels (one per thing waited for; the payload is ignored):
   channel per subscription would need the broker to know the groups at commit time.
 - ``check_requests_channel(producer_group)``: a back-check was queued for a polling group.
 
-Publishing (``wakeup_on_commit``) happens after the database transaction commits
-(``transaction.on_commit``), once per committed transaction: the channels it touched are
-collected and sent in one pipelined round trip, whatever the number of messages. Redelivery
-(an expired ``invisible_duration_ms``) publishes nothing: waiters find it at their next
-re-check (``HELD_RECHECK_S``, 5 s, as RocketMQ's ``PullRequestHoldService``).
-
-Waiting: as ``halfmoon.serving`` serves long polls, one ``WakeupHub`` per event loop (one per
-uvicorn worker process) holds ONE Redis connection pattern-subscribed to every wake-up channel
-and fans each notification out to the asyncio waiters of its channel, one per consumer group
-(``WakeupHub``); under another WSGI server each waiter subscribes with its own connection
-(``SyncListener``; WSGI holds a thread per request anyway).
-
-Best effort: while Redis is away publishing is skipped (a warning once, another when it is
-back) and waiters fall back to re-checking every ``FALLBACK_RECHECK_S``; a message is never
-lost, only seen up to that much later.
-"""
+More: docs/design.md, "Module notes", broker/plumbing/wakeups.py."""
 
 from __future__ import annotations
 

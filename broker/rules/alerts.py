@@ -3,26 +3,7 @@ moves between firing and resolved with one notification each way. Pure: plain va
 plain values out (times in ms since the epoch, spans in ms unless the name says ``_s``); no
 database, no settings.
 
-The figures come from the selectors the console's overview and ``/metrics`` read
-(``broker.selectors.overview``: the pending set, the producer groups' reachability, the last
-hour's discards; ``broker.selectors.topology``: the consumer groups' dead letters), so an
-alert, a Prometheus rule over ``/metrics`` and the console agree on what they see. The
-thresholds of the kinds (``KINDS``):
-
-- ``oldest_pending``: the oldest PREPARED transaction of a producer group is older than
-  ``threshold`` seconds (``broker.rules.stuck``'s "stuck": a half message whose end never
-  came).
-- ``near_check_max``: a PREPARED transaction of the group has had at least
-  ``check_max - threshold`` checks delivered: within ``threshold`` checks of
-  ``HALFMOON_TRANSACTION_CHECK_MAX``, after which the scan discards it (RocketMQ
-  ``needDiscard``, ``broker.rules.checks.need_discard``).
-- ``group_unreachable``: the group's checks have not got through (undelivered, or no answer in
-  time) for at least ``threshold`` seconds (``broker.rules.checks.group_down_since``).
-- ``discard_rate``: the group's discards over the last ``window_s`` seconds, as a rate per
-  hour, are over ``threshold``.
-- ``dlq_growing``: more than ``threshold`` messages of a consumer group were moved to its
-  dead-letter topic ``%DLQ%{group}`` in the last ``window_s`` seconds.
-"""
+More: docs/design.md, "Module notes", broker/rules/alerts.py."""
 
 from __future__ import annotations
 

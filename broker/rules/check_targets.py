@@ -1,31 +1,15 @@
 """Which back-check targets the broker may reach: the one definition of the check-target rule.
 
-A producer group's ``check_url`` makes the broker send signed POSTs to an address of the
-operator's choosing, so it is a request-forgery vector (cloud metadata at 169.254.169.254,
-Redis or PostgreSQL on a loopback port, the broker itself). The rule (api-v1
-"Topics and groups": 400 ``check_url_not_allowed``):
+A ``check_url`` (or an alert's webhook) must be http or https; link-local, multicast and
+unspecified addresses (an IPv4 address embedded in IPv6 judged too) and the broker's own
+endpoint are always refused; every other address must lie in the allowed networks
+(``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``, or ``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS`` for
+webhooks). A listed host name is accepted unresolved when the URL is set; when a check is sent
+every address it resolves to must pass (DNS rebinding). Refused: 400 ``check_url_not_allowed``.
 
-- the scheme is ``http`` or ``https``, the URL has a host and nothing the sender cannot parse;
-- an address that is link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4,
-  ff00::/8) or unspecified (0.0.0.0, ::, which the kernel routes to this host) is always
-  refused, whatever the setting allows; an IPv6 address embedding an IPv4 one (``::ffff:a.b.c.d``,
-  NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) is judged by the IPv4 address too;
-- the broker's own endpoint (the address and port it serves, ``HALFMOON_HOST`` /
-  ``HALFMOON_PORT``) is refused;
-- every other address must lie in one of the networks of
-  ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS`` (default: loopback and the private ranges, where
-  producers live). A host *name* listed there is accepted when the URL is set without being
-  resolved; when a check is sent every address the name resolves to must still pass the
-  address rule (DNS rebinding), so a listed name never widens the networks.
-
-The same rule guards the webhooks of Halfmoon's alerts (``broker.services.alerts``), judged
-against their own setting, ``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``: an ``AllowedTargets``
-carries the name of the setting it was parsed from and what it guards (``subject``: "check" or
-"webhook"), and the refusals say so.
-
-Pure: no DNS, no settings, no database. The services resolve names and pass the addresses
-and settings in (``broker.services.checks.targets``).
-"""
+Pure: no DNS, no settings, no database; the services resolve names and pass the addresses and
+settings in (``broker.services.checks.targets``). More: docs/design.md, "Module notes",
+broker/rules/check_targets.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """The spellings of a transaction's state and end, and the one place they map to each other.
 
-RocketMQ spells one decision four ways, and Halfmoon keeps each where the contract or RocketMQ
-puts it:
-
 ============  =================  ====================  ===============  ==========
 end action    check answer       Resolution action     state            Op/journal
 (api-v1 end)  (LocalTransaction  (Op message,          (Transaction)    outcome
@@ -14,8 +11,7 @@ unknown       UNKNOW (UNKNOWN)   -                     PREPARED         -
 ============  =================  ====================  ===============  ==========
 
 Sources: RocketMQ ``LocalTransactionState`` (COMMIT_MESSAGE, ROLLBACK_MESSAGE, UNKNOW; the 5.x
-gRPC API also says UNKNOWN), ``MessageSysFlag`` (TRANSACTION_COMMIT_TYPE / ROLLBACK_TYPE).
-"""
+gRPC API also says UNKNOWN), ``MessageSysFlag`` (TRANSACTION_COMMIT_TYPE / ROLLBACK_TYPE)."""
 
 from __future__ import annotations
 

@@ -1,41 +1,6 @@
 """Reads behind the console's overview (``/console/`` and ``/console/overview.json``).
 
-Every read is bounded by the last hour or by the pending set, never by the history:
-
-- the PREPARED rows through the indexes on ``state`` (``transaction_state_born`` and the
-  partial ``state = 'PREPARED'`` indexes): pending now, the check-count histogram, the oldest
-  pending transaction of each producer group and the pending-over-time baseline;
-- the rows ended in the window through ``transaction_resolved_time`` (``resolved_timestamp``):
-  commits and rollbacks per minute, resolution latency, and the ends of pending-over-time;
-- the ``discarded`` journal entries of the window through ``event_kind_time``: discards per
-  minute (from the journal, so a transaction discarded and then resumed or resolved by an
-  operator within the hour still counts as discarded);
-- the few DISCARDED rows (stuck, waiting for an operator) and the producer groups.
-
-The same reads feed ``/metrics`` (``broker.metrics``) and Halfmoon's own alerts
-(``broker.services.alerts.evaluation``): the pending set per producer group
-(``oldest_pending_per_group``, ``pending_check_times_by_group``), the groups' reachability
-(``producer_group_reachability``, by ``broker.rules.checks.group_down_since``) and a window of
-discards per group (``discards_by_group``).
-
-Pending over time is derived, not sampled. A transaction is pending at instant ``t`` when
-``born_timestamp < t`` and it was not ended before ``t`` (``resolved_timestamp`` is NULL or
-``>= t``). Only two sets of rows can be pending at some instant of the window
-``[start, end)``: the PREPARED rows (not ended) and the rows ended at or after ``start``; a row
-ended before ``start`` is pending at no instant of the window. Over those two sets,
-``pending(start)`` is the number born before ``start`` (all of them end at or after it), and
-each minute adds the rows born in it and removes the rows ended in it. Both sets are read
-grouped by (minute of birth, minute of end), so what is fetched is a few hundred counts, not
-rows. The last point equals the pending count now. A transaction discarded and later resumed
-(``transaction_resume_check`` clears ``resolved_timestamp``) counts as pending since its
-birth: the row keeps no record of its discarded interval.
-
-Resolution latency is ``resolved_timestamp - born_timestamp`` of the COMMITTED and ROLLED_BACK
-rows: ``transaction_resolve_locked`` writes the ``Resolution`` and the transaction's
-``resolved_timestamp`` from the same clock reading, so this is ``Resolution.resolved_timestamp
-- Transaction.born_timestamp`` read through the transaction's index. Percentiles are
-PostgreSQL's ``percentile_disc`` (nearest rank) over the window's rows only.
-"""
+More: docs/design.md, "Module notes", broker/selectors/overview.py."""
 
 from __future__ import annotations
 

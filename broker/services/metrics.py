@@ -3,22 +3,7 @@ folded into ``MetricRollup`` rows so that a scrape costs what changed since the 
 the history. Nothing is added to the write paths: a scrape folds (``metrics_fold``), then reads
 (``broker.selectors.metrics``).
 
-Exactness. A fold adds the journal rows with id in ``(watermark, horizon]`` and moves the
-watermark to the horizon, in one database transaction holding the watermark row's lock. The
-horizon must be an id under which no row can still appear. A sequence hands ids out before
-the rows commit, so a row with a lower id may become visible after a higher one: the horizon
-is read under ``LOCK TABLE ... IN SHARE MODE``, which waits for every transaction writing the
-journal (an insert holds ``ROW EXCLUSIVE`` from before it draws its id until it
-commits) and holds new ones back only for the one index read of ``MAX(id)``; the lock is
-released before the fold itself. If the writers do not let go within
-``HORIZON_LOCK_TIMEOUT_MS`` the fold is skipped (the reads count the rows above the watermark
-themselves, so the figures stay exact, and the next scrape folds them).
-
-The rollup is in the database, so it is shared by every web and Celery process and survives
-restarts. Rows a repair rewrites (``rebuild_transactions``) may already be folded: the rebuild
-calls ``metrics_rollup_reset`` after repairing, and the next scrape folds the journals again
-from the start. Changing ``FINISH_LATENCY_BUCKETS_S`` also needs a reset.
-"""
+More: docs/design.md, "Module notes", broker/services/metrics.py."""
 
 from __future__ import annotations
 

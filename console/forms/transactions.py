@@ -6,18 +6,7 @@ bookmarked and shared; the same parameters come back as hidden fields of the bul
 ``broker.selectors.transactions.stuck_transactions`` (one definition of the filter for the list,
 its live rows and bulk actions on a filter).
 
-URL parameter -> selector keyword argument:
-
-- ``state`` (repeatable: PREPARED, DISCARDED; none = both) -> ``states`` (list)
-- ``group`` -> ``producer_group``; ``topic`` -> ``topic``
-- ``min_age_s`` (seconds) -> ``min_age_ms`` (x 1000)
-- ``min_checks`` -> ``min_check_times``
-- ``discard_reason`` (check_max, file_reserved_time) -> ``discard_reason``
-- ``q`` (exact msg id / transaction id, or one key) -> ``q``
-
-Paging parameters (not part of the filter): ``after`` / ``before`` (a cursor,
-``broker.selectors.transactions.Cursor``) and ``per_page`` (1..200, default 50).
-"""
+More: docs/design.md, "Module notes", console/forms/transactions.py."""
 
 from __future__ import annotations
 

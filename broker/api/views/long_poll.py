@@ -1,22 +1,6 @@
 """The two long-polling api-v1 endpoints: receive and check-requests.
 
-Each endpoint is a DRF view (``ReceiveView``, ``CheckRequestsView``) that authenticates, checks
-rights and validates as every other view and answers a ``LongPollResponse`` naming what to
-read and how long to wait; ``long_poll_view`` (``LongPollAPIView.as_view``) wraps it in a view
-that does the reading and the waiting (``broker.plumbing.polling``):
-
-- as ``halfmoon.serving`` serves it (uvicorn, the quick start): the DRF view and the first read
-  run in one of the server's threads; when that read finds nothing, the view hands the server
-  a ``PollContinuation`` and the thread goes back to other requests. The server waits for
-  wake-ups in its event loop and runs each further read in a server thread (one hop), holding
-  no thread while it waits;
-- under any other WSGI server (the tests' client, gunicorn): all of it runs in the request's
-  thread (``poll_until``).
-
-Statuses, bodies, error bodies and authentication are the DRF views' own: an error raised by a
-read during the wait goes through the same view's ``handle_exception``. The wrapper carries
-the DRF view's ``cls`` and ``initkwargs`` so the OpenAPI document still sees it.
-"""
+More: docs/design.md, "Module notes", broker/api/views/long_poll.py."""
 
 from __future__ import annotations
 

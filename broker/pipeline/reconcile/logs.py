@@ -1,21 +1,7 @@
 """The reconciliation's first stage: the archive's logs read into one tall frame keyed by
 transaction id (= msg_id), and the consumer groups' reach.
 
-Takes the archive's commit_log, resolutions, transaction_events and delivery_events tables
-(``broker.pipeline.schema``) from ``since - file_reserved_ms`` up to ``as_of``
-(``archive_io.table_read``). Gives, from ``logs_read``:
-
-- the tall frame: ``tid`` and one struct column set per row, the others null: ``h`` (a half
-  message: ts, clo, qid, qoff, pg, topic, rqid), ``op`` (its Op entries when its key is named
-  twice or more: half_queue_id, half_queue_offset, op_entries, op_commit_log_offsets), ``m`` (a
-  delivered transactional message: store_timestamp, commit_log_offset, topic, queue_id,
-  queue_offset, producer_group), ``r`` (a resolution: resolved_timestamp, action, resolved_by),
-  ``e`` (a journal event of ``EVENT_KINDS``: ts, id, kind, outcome, actor) or ``d`` (the
-  deliveries of one message to one consumer group: consumer_group, commit_log_offset,
-  first_delivered_timestamp, attempts, acked_timestamp, dead_lettered_timestamp);
-- the consumer groups' reach: consumer_group, topic, queue_id, max_queue_offset (the highest
-  queue offset each group had delivered per queue; small).
-"""
+More: docs/design.md, "Module notes", broker/pipeline/reconcile/logs.py."""
 
 from __future__ import annotations
 

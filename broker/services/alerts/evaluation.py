@@ -1,24 +1,7 @@
 """The evaluation of Halfmoon's own alert rules (beat, every
 HALFMOON_ALERT_EVALUATION_INTERVAL_MS, ``tasks.alerts.alerts_tick``).
 
-One evaluation, in one database transaction holding every rule's row lock (so two evaluations
-take turns and a rule edited meanwhile waits for the end of it):
-
-1. reads the figures once each, through the selectors the console's overview and ``/metrics``
-   read (``broker.selectors.overview``, ``broker.selectors.topology``): the oldest pending
-   transaction and the check counts of the pending set per producer group, the groups'
-   reachability, a window of discards per producer group and of dead letters per consumer
-   group. Nothing reads the history;
-2. asks each enabled rule what it sees on each group it watches (``broker.rules.alerts``'s
-   ``*_finding`` functions);
-3. moves each alert (a rule on one group) one step of ``broker.rules.alerts.alert_step``:
-   a new firing alert, a reminder, a resolution, or nothing; an alert of a rule disabled or
-   deleted meanwhile resolves;
-4. queues the notifications those steps send, one per enabled receiver
-   (``broker.services.alerts.notifications.notifications_queue``), in the same database
-   transaction as the alerts they describe. They are sent after the commit
-   (``notifications_deliver``), never inside it.
-"""
+More: docs/design.md, "Module notes", broker/services/alerts/evaluation.py."""
 
 from __future__ import annotations
 

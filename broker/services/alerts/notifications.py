@@ -2,22 +2,7 @@
 announce, delivered after the commit, retried until delivered or failed for good, never lost
 silently.
 
-- ``notifications_queue``: one ``AlertNotification`` per enabled receiver, inside the
-  evaluation's database transaction, its content frozen (an ``AlertSnapshot``).
-- ``notifications_deliver``: claims the due ``pending`` ones (``SELECT ... FOR UPDATE SKIP
-  LOCKED``; each claim counts an attempt and moves the next attempt a lease ahead, so another
-  worker takes it over if this one dies mid-send), commits, sends them outside any database
-  transaction (webhooks in parallel, each with HALFMOON_ALERT_NOTIFY_TIMEOUT_MS to connect and
-  to read; e-mails through Django's mail with the same timeout), then records each result in a
-  short transaction of its own: ``sent``, or due again after ``broker.rules.checks.backoff_ms``
-  of its attempts (from HALFMOON_ALERT_NOTIFY_BACKOFF_MS, doubling up to
-  ``BACKOFF_CAP_MS``), or ``failed`` with its error after HALFMOON_ALERT_NOTIFY_MAX_ATTEMPTS.
-  Delivery is at least once: a worker that dies between sending and recording sends again.
-- ``notification_retry``: an operator puts a failed one back to ``pending`` (the console).
-
-The console lists every notification with its state, attempts and last error, and its banner
-counts the failed ones.
-"""
+More: docs/design.md, "Module notes", broker/services/alerts/notifications.py."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
 """The alerts' webhooks: signed POSTs to receivers, guarded by the check-target rule.
 
-A webhook URL is a request-forgery vector like a producer's ``check_url`` (the broker POSTs
-where an admin says), so it gets the same protection, from the same code, against its own
-allow-list ``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS`` (same syntax and default as
-``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``; a separate list so that allowing Slack, on the
-internet, does not let check URLs reach the internet too):
-
-- when a receiver is saved, ``webhook_url_validate`` judges the URL
-  (``broker.services.checks.targets.target_url_refusal``: http or https, no link-local,
-  multicast or unspecified address, not the broker itself, in the allowed networks; a host
-  name not listed by name is resolved then);
-- when a notification is sent, ``broker.plumbing.pinned_transport.PinnedTransport`` resolves the
-  host again, judges every address and connects to a judged one (DNS rebinding reaches
-  nothing), and the request follows no redirect and no ``HTTP(S)_PROXY``.
-
-Each body is signed as back-checks are: ``X-Halfmoon-Signature: sha256=<hex HMAC-SHA256 of
-the raw body keyed with the receiver's secret>`` (``halfmoon_client.signing``), so a receiver
-verifies it with ``signature_valid`` from the same package.
-"""
+More: docs/design.md, "Module notes", broker/services/alerts/webhooks.py."""
 
 from __future__ import annotations
 

@@ -1,30 +1,7 @@
 """The prune: what the hot database may forget once it is archived (RocketMQ deletes commit log
 files past ``fileReservedTime``; Halfmoon deletes rows, only those that are archived and final).
 
-The bound is ``min(archived_until_timestamp, now - HALFMOON_FILE_RESERVED_HOURS)``
-(``prune_bound``): a row whose time is at or past it stays. Below it, in batches, each batch
-its own database transaction:
-
-- a transaction COMMITTED or ROLLED_BACK whose Op message is written, or DISCARDED (past the
-  reserved time an operator can no longer commit, roll back or resume it: it is gone from the
-  console and the API, and its history is in the archive), once every row of it is below the
-  bound: its half messages (a resume re-appends one), ``Resolution``, ``TransactionEvent`` and
-  ``CheckRequest`` rows, discard copies and delivered message (its Op message goes with the
-  Op messages, below). Never a PREPARED one;
-  never one whose delivered message is in flight to a consumer group (a ``Delivery`` row), or
-  whose journal rows are not yet folded into the ``/metrics`` rollup (the prune folds first:
-  ``broker.services.metrics.metrics_fold``, so the counters never go backwards);
-- Op messages the back-check scan has passed (below the Op checkpoint of ``CID_RMQ_SYS_TRANS``)
-  whose every named half queue offset has no half message left;
-- every other message (delivered, normal, %DLQ%, %RETRY%) with no in-flight delivery and, for a
-  delivered transactional message, no transaction left: as in RocketMQ, a consumer group more
-  than the reserved time behind does not get it;
-- ``DeliveryEvent`` rows.
-
-The rebuild (``manage.py rebuild_transactions``) then finds what it found before: every
-transaction left keeps every row it is derived from, and nothing is left of one pruned. The
-scan's checkpoints read only what lies above them.
-"""
+More: docs/design.md, "Module notes", broker/services/archive/prune.py."""
 
 from __future__ import annotations
 

@@ -1,30 +1,7 @@
 """Batches: many half messages, ends or normal messages in one request and one database
 transaction (api-v1 "Batches"; RocketMQ's batch send, ``DefaultMQProducer.send(Collection)``).
 
-The rules of a send or an end live in the single operation's services only: each item is
-checked and built by ``transaction_plan`` or ``message_plan`` (the checks of a send, no
-write), and the writes of the common items are set-based, one statement for the whole batch,
-shared with the single operations: ``transactions_store`` (half messages and their
-transactions), ``messages_store`` (normal messages), ``transactions_resolve_prepared``
-(commits and rollbacks of PREPARED transactions). The uncommon items (a msg_id stored already or
-twice in the batch, an end of a transaction that is not PREPARED, unknown) go one by one
-through ``transaction_prepare`` (each in a savepoint of the batch's database transaction) and
-``transaction_end`` (each its own database transaction): an item that fails leaves nothing of
-itself and undoes none of the others. An item's ``HalfmoonError``
-becomes its outcome; any other error (the database gone) fails the whole batch and nothing of
-it is stored.
-
-Lock order, so that two batches never deadlock each other (nor a batch and a single call):
-
-- sends take the offset counter of each queue they append to (``broker.services.commitlog.storage``)
-  in ``(topic, queue_id)`` order: the set-based statements lock the counters they move in
-  that order (``storage.queue_slots_cte``), only while they run when they are their own
-  database transaction; a batch of half messages that needs items one by one locks its half
-  queues' counters first, in that order, until it commits (``_queue_counters_lock``);
-- ends lock their transaction rows in transaction id order, then the real queues' counters
-  in ``(topic, queue_id)`` order (``resolution.transactions_resolve_prepared``); the items
-  answered one by one lock one row each, in a database transaction of their own.
-"""
+More: docs/design.md, "Module notes", broker/services/commitlog/batch.py."""
 
 from __future__ import annotations
 

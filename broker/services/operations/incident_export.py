@@ -2,20 +2,7 @@
 and CSV, for the people reading about last night's incident (``docs/console.md`` "Incident
 export").
 
-The zip holds ``README.txt`` (what each file is), ``filter.json`` (the selection or filter that
-made it, who made it and when, how many of each), and each of these as ``.json`` (an array of
-objects) and ``.csv`` (the same rows, nested values as JSON text; every ``*_timestamp`` in ms
-beside an ISO 8601 UTC ``*_at`` column):
-
-- ``transactions``: every column of each transaction;
-- ``timeline``: each transaction's timeline (``broker.selectors.timeline``), one row an entry;
-- ``audit``: the operators' audit entries that acted on any of them, one row per entry and
-  transaction;
-- ``anomalies``: the latest successful reconciliation run's anomalies about them.
-
-Reads only (``broker.selectors.incident``); written into ``out``, a binary file the caller
-streams (a spooled temporary file: a big export does not sit in memory).
-"""
+More: docs/design.md, "Module notes", broker/services/operations/incident_export.py."""
 
 from __future__ import annotations
 

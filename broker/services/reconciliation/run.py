@@ -4,36 +4,7 @@ HALFMOON_RECONCILE_MAX_STORED_ANOMALIES; all of them stay in the run's Parquet o
 analytics rows, which the API (``/api/v1/reconciliation/runs/...``), the console and the
 admin read.
 
-The window. A run judges the transactions whose half message was stored in
-``[since, until)`` and reads the logs up to ``as_of``, the archive's watermark
-(``ArchiveWatermark("logs").archived_until_timestamp``: everything stored before it is
-archived). Defaults: ``until`` = ``as_of - settle_ms`` (``broker.rules.anomalies.settle_ms``:
-a transaction born later may still legitimately be PREPARED), ``since`` = the latest
-``until`` of the SUCCEEDED runs, or the start of the first archived segment. A bucket the
-window's end cuts is balanced on its part inside the window (``broker.pipeline.reconcile``),
-and the next run balances the rest. A given ``until`` past
-``as_of`` is refused (``InvalidInput`` ``until_past_archive``), never clamped: the caller asked
-about transactions the archive does not hold yet, and a silently shorter window would read as
-"no anomaly" for them. A given ``until`` between ``as_of - settle_ms`` and ``as_of`` is run as
-asked: the job's own rules keep transactions still within their checks from being called
-hanging and leave unsettled buckets unflagged.
-
-One run at a time: the run holds the lease ``reconcile`` (``broker.plumbing.leases``, renewed
-by a heartbeat while Spark works); a second caller gets ``Conflict``
-``reconciliation_running``. A run left RUNNING by a process that died is marked FAILED by the
-next run that gets the lease.
-
-Skipped runs. When a run asked for the default window cannot start because nothing is
-archived yet (``archive_empty``) or nothing has settled since the last run
-(``nothing_to_reconcile``), that decision is recorded, under the lease, as a run in state
-SKIPPED with its ``reason`` and ``settles_timestamp`` (when the oldest transaction not yet
-judged, the oldest half message stored since the window's start, settles: its store time plus
-``settle_ms``), and the caller gets ``ReconciliationSkipped`` naming it. Every attempt records
-one (beat's daily tick, the console's "Run now", ``manage.py reconcile``): attempts are rare,
-and each says what its caller saw. A window given by the caller that is empty or past the
-archive is the caller's mistake, refused (``InvalidInput``) and not recorded; a second caller
-while a run goes on (``Conflict``) records nothing either: the running run is the answer.
-"""
+More: docs/design.md, "Module notes", broker/services/reconciliation/run.py."""
 
 from __future__ import annotations
 

@@ -2,25 +2,7 @@
 admin ``resumeCheckHalfMessage``) or ask for a back-check now; the console's buttons and the
 API's operator endpoints.
 
-Each needs a reason and is audited (``broker.services.operations.audit``: an ``AuditEntry`` of the action,
-or, inside a bulk, the bulk's ``AuditTarget``); an action refused because the transaction has
-ended says what ended it (``TransactionAlreadyResolved`` / ``Conflict`` details
-``resolved_by``, ``resolved_timestamp``, ``actor``, ``reason``, ``ended_by``). All run in one
-database transaction with the transaction row locked
-(``SELECT ... FOR UPDATE``), so they serialise with producer ends, check answers and the
-check scan, and both leave evidence in the logs the derived state is rebuilt from
-(``broker.services.recovery``):
-
-- a resolution writes the same ``Resolution`` journal row (and so, later, the same Op
-  message) as a producer's end, plus a ``TransactionEvent`` of kind ``resolved`` with the
-  operator's reason: the audit trail;
-- a resume re-appends the half message to its half queue and writes a ``TransactionEvent`` of
-  kind ``resumed``, from which the check count starts again at 0;
-- a "check now" makes a PREPARED transaction due at once (``check_requested`` event); it is not
-  a check and does not count as one.
-
-The events' ``detail`` carries ``reason``, ``via`` (console | api) and ``audit_entry_id``.
-"""
+More: docs/design.md, "Module notes", broker/services/transactions/operator.py."""
 
 from __future__ import annotations
 

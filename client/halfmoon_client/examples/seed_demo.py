@@ -1,26 +1,16 @@
-"""RocketMQ's transaction example (``TransactionProducer`` +
-``TransactionListenerImpl`` + a consumer of TranTest) against a running Halfmoon broker, over
-HTTP only::
+"""RocketMQ's transaction example (``TransactionProducer`` + ``TransactionListenerImpl`` + a
+consumer of TranTest) against a running Halfmoon broker, over HTTP only::
 
     python -m halfmoon_client.examples.seed_demo --url http://127.0.0.1:8000 --token ADMIN_TOKEN
 
-With an admin access key alone it creates the topic TranTest (4 queues, or reuses it), a
-producer group and a consumer group named after the run, serves back-checks on
-``--check-host`` (the group's ``check_url``), sends ten half messages and consumes. The
-listener is the example's: ``execute_local_transaction`` records ``value`` (0, 1, 2, ...) and
-answers UNKNOW; a back-check answers by ``value % 3``: 0 UNKNOW, 1 COMMIT_MESSAGE,
-2 ROLLBACK_MESSAGE. So 1, 4, 7 are committed and consumed, 2, 5, 8 rolled back, and 0, 3, 6,
-9 discarded after the broker's ``HALFMOON_TRANSACTION_CHECK_MAX`` checks. ``--app-token``
-(with the two groups, ``--producer-group``/``--consumer-group``) sends and consumes with a
-key of the application instead of the admin key.
-
-Start the broker with short check settings to see it end in seconds::
-
-    HALFMOON_TRANSACTION_TIMEOUT_MS=1000 HALFMOON_TRANSACTION_CHECK_INTERVAL_MS=1000 \\
-    HALFMOON_TRANSACTION_CHECK_MAX=3 ...
-
-Exit status 0 only if the outcome is the example's. ``manage.py demo`` runs this same code
-after making itself the access keys.
+With an admin key it creates the topic TranTest (4 queues, or reuses it) and a producer and a
+consumer group named after the run, serves back-checks on ``--check-host``, sends ten half
+messages and consumes. Local transactions answer UNKNOW; a back-check answers by
+``value % 3`` (0 UNKNOW, 1 COMMIT_MESSAGE, 2 ROLLBACK_MESSAGE): 1, 4, 7 are consumed, 2, 5, 8
+rolled back, 0, 3, 6, 9 discarded after ``HALFMOON_TRANSACTION_CHECK_MAX`` checks.
+``--app-token`` (with ``--producer-group``/``--consumer-group``) uses an application's key.
+Exit status 0 only if the outcome is the example's; ``manage.py demo`` runs this same code
+(README.md "The demo": the short check settings that end it in seconds).
 """
 
 from __future__ import annotations
