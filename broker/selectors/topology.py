@@ -1,20 +1,6 @@
 """Reads behind the console's topics, producer groups and consumer groups pages.
 
-Each page costs a constant number of queries, whatever the number of topics, queues or
-groups, and none of them counts the commit log:
-
-- a queue's max offset is its ``ConsumeQueue.max_offset`` (the next queue offset); its min
-  offset is the smallest stored ``queue_offset`` of that queue, read for every queue in one
-  query as a correlated subquery that is one seek into the commit log's unique index
-  ``(topic, queue_id, queue_offset)`` (an empty queue: min = max, as RocketMQ's);
-- a consumer group's lag on a topic is the sum over its queues of ``max_offset`` minus the
-  group's ``ConsumerOffset`` (the next offset it has not taken; RocketMQ's diffTotal);
-- its DLQ count is the number of messages stored on ``%DLQ%{group}``: the sum of that topic's
-  ``max_offset`` (offsets are gap-free from 0 and the commit log keeps every message);
-- a producer group's pending and discarded counts read the ``(producer_group, state)`` index;
-- a window of dead letters per consumer group (the ``dlq_growing`` alert) reads the partial
-  index of the ``dead_lettered`` delivery journal entries.
-"""
+More: docs/design.md, "Module notes", broker/selectors/topology.py."""
 
 from __future__ import annotations
 
