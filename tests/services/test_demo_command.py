@@ -1,17 +1,26 @@
 """``manage.py demo``'s own parts (the demo itself runs end to end in tests/e2e/test_demo.py
 and, with ``--reconcile``, tests/e2e/test_demo_reconcile.py): its default URL follows the
-address the broker serves, and the reconciliation summary it ends with."""
+address the broker serves, its waits follow the settings the running broker answers
+(``GET /api/v1/broker-settings``), and the reconciliation summary it ends with."""
 
 from __future__ import annotations
 
 import io
+import socket
 
 import pytest
+from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from broker.management.commands.demo import Command
-from broker.models import ReconciliationRun
+from broker.management.commands.demo import (
+    Command,
+    archive_wait_s,
+    broker_settings_read,
+    default_timeout_s,
+)
+from broker.models import AccessKey, ReconciliationRun
 from broker.selectors.reconciliation import reconciliation_run_get
+from broker.services.topology.writes import access_key_create
 from tests.services.reconciliation_runs import HOUR, T0, analytics_row, anomaly, stored_run
 
 URL = "http://127.0.0.1:8123"
@@ -34,6 +43,68 @@ def test_the_default_url_is_the_address_the_broker_serves(settings, host, url):
 
     assert options.url == url
     assert not options.reconcile
+
+
+SHORT_SETTINGS = {  # the README's demo section
+    "HALFMOON_TRANSACTION_TIMEOUT_MS": 1000,
+    "HALFMOON_TRANSACTION_CHECK_INTERVAL_MS": 1000,
+    "HALFMOON_TRANSACTION_CHECK_MAX": 3,
+    "HALFMOON_ARCHIVE_SEGMENT_MS": 5000,
+    "HALFMOON_ARCHIVE_LAG_MS": 1000,
+    "HALFMOON_ARCHIVE_INTERVAL_MS": 2000,
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_waits_are_those_of_the_settings_the_broker_answers(live_server, broker_settings):
+    broker_settings.update(SHORT_SETTINGS)  # the live server's, read per request
+    _, token = access_key_create(name="demo-admin", is_admin=True)
+
+    broker = broker_settings_read(live_server.url, token)
+
+    assert {name: broker[name] for name in SHORT_SETTINGS} == SHORT_SETTINGS
+    # 1 s + (3 + 1) x 1 s, plus a minute for the scans and the consumer.
+    assert default_timeout_s(broker) == 65
+    # settle (1 s + 4 x 1 s + 2 scans of 1 s) + segment 5 s + lag 1 s + interval 2 s, + 2 min
+    assert broker["reconciliation_settle_ms"] == 7000
+    assert archive_wait_s(broker) == 15 + 120
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_defaults_the_waits_are_the_defaults(live_server):
+    _, token = access_key_create(name="demo-admin", is_admin=True)
+
+    broker = broker_settings_read(live_server.url, token)
+
+    assert default_timeout_s(broker) == 6 + 16 * 30 + 60
+    # settle 6 s + 16 x 30 s + 2 s, then a 10-minute segment, a minute's lag and interval
+    assert archive_wait_s(broker) == 488 + 600 + 60 + 60 + 120
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_the_broker_refuses_is_a_command_error_naming_the_answer(live_server):
+    _, token = access_key_create(name="demo-app", producer_groups=["G"])
+
+    with pytest.raises(CommandError, match=r"broker-settings\): \[403 permission_denied\]"):
+        broker_settings_read(live_server.url, token)
+
+
+def _dead_url() -> str:
+    """A loopback URL nobody listens on (a port just bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.django_db
+def test_no_broker_at_the_url_fails_before_the_demo_and_leaves_no_key():
+    url = _dead_url()
+
+    with pytest.raises(CommandError, match=f"Could not read the broker's settings .GET {url}/"):
+        call_command("demo", "--url", url, stdout=io.StringIO())
+
+    assert not AccessKey.objects.filter(name__startswith="demo-").exists()
 
 
 def summary(run: ReconciliationRun, *, first: int = T0 + 1000, last: int = T0 + 9000) -> str:

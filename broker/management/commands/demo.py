@@ -6,28 +6,30 @@ worker and beat; with ``--reconcile`` also the ``pipeline`` worker).
 The example itself is the client package's ``halfmoon_client.examples.seed_demo``, which runs
 over HTTP only. This command adds what needs the broker's code: it makes itself two access
 keys in the database (an admin key for the topic and groups, an application key for the two
-groups), computes a deadline from this environment's check settings, runs the example, and
-deletes the keys afterwards. The outcome: 1, 4, 7 committed and consumed, 2, 5, 8 rolled back,
+groups), reads the running broker's settings (``GET /api/v1/broker-settings`` with the admin
+key), computes a deadline from its check settings, runs the example, and deletes the keys
+afterwards. The outcome: 1, 4, 7 committed and consumed, 2, 5, 8 rolled back,
 0, 3, 6, 9 discarded after ``HALFMOON_TRANSACTION_CHECK_MAX`` checks. The default ``--url`` is
 the broker this environment serves: ``http://HALFMOON_HOST:HALFMOON_PORT`` (``bin/run``'s
 address; 0.0.0.0 and :: are reached on loopback).
 
-Start the broker with short check settings to see it end in seconds::
+Start the broker with short check settings to see it end in seconds (only the broker's
+shell needs them: this command waits on the settings the broker answers)::
 
     HALFMOON_TRANSACTION_TIMEOUT_MS=1000 HALFMOON_TRANSACTION_CHECK_INTERVAL_MS=1000 \\
     HALFMOON_TRANSACTION_CHECK_MAX=3 ...
 
 ``--reconcile`` then shows the data pipeline on the demo's transactions: it waits until the
 archive (exported by the pipeline worker every HALFMOON_ARCHIVE_INTERVAL_MS, in segments of
-HALFMOON_ARCHIVE_SEGMENT_MS) reaches the demo's last half message plus the time a transaction
-takes to settle, queues a reconciliation on the pipeline worker (``tasks.pipeline.reconcile``,
-trigger ``demo:<run>``, as the console's "Run now" does), waits for its run and prints its
-summary and its console page. The run is the worker's, not this process's: it judges by the
-broker's own settings, archive and Spark session (already started by the exports), and no
-second Spark driver starts beside it. This process reads the database only to wait. With the
-default archive settings (10-minute segments) that takes over ten minutes; the README's demo
-section gives short ones, which this shell must share with the broker (the wait is computed
-from them).
+HALFMOON_ARCHIVE_SEGMENT_MS, both the broker's) reaches the demo's last half message plus the
+time a transaction takes to settle (the broker's ``reconciliation_settle_ms``), queues a
+reconciliation on the pipeline worker (``tasks.pipeline.reconcile``, trigger ``demo:<run>``,
+as the console's "Run now" does), waits for its run and prints its summary and console page.
+The run is the worker's, not this process's: it judges by the broker's own settings, archive
+and Spark session, and no second Spark driver starts beside it. This process reads the
+database only to wait. With the default archive settings (10-minute segments) that takes over
+ten minutes; the README's demo section gives short ones, for the broker's shell only
+(docs/api.md, "GET /api/v1/broker-settings").
 
 Exit status 0 only if the outcome is the example's, and with ``--reconcile`` only if the run
 succeeded, judged every demo transaction and found no anomaly in them.
@@ -42,14 +44,15 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
+from halfmoon_client.errors import HalfmoonError
 from halfmoon_client.examples.seed_demo import (
     DemoFailed,
     SeedDemo,
     add_run_arguments,
     run_suffix,
 )
+from halfmoon_client.transport import JsonApi
 
-from broker.conf import conf
 from broker.models import AccessKey, ReconciliationRun
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
@@ -61,12 +64,12 @@ from broker.selectors.reconciliation import (
 )
 from broker.services.archive.watermark import archived_until_or_none
 from broker.services.reconciliation.run import reconciliation_run_queue
-from broker.services.reconciliation.window import reconciliation_settle_ms
 from broker.services.topology.writes import access_key_create
 
 T = TypeVar("T")
 
 POLL_S = 0.5
+BROKER_SETTINGS_PATH = "/api/v1/broker-settings"
 RECONCILE_TIMEOUT_S = 600.0
 """The default wait for the pipeline worker's run: Spark's start when the worker has none yet
 (20-40 s), the job, and a loaded machine's slack."""
@@ -89,27 +92,56 @@ def broker_url() -> str:
     return f"http://{host}:{settings.HALFMOON_PORT}"
 
 
-def default_timeout_s() -> float:
-    """How long the UNKNOW transactions take to be discarded with this environment's settings:
-    the first check after the transaction timeout, then one check per interval up to the check
-    max, and the discard one interval later; plus a minute for scans and the consumer."""
-    timeout = conf.transaction_timeout_ms
-    interval = conf.transaction_check_interval_ms
-    check_max = conf.transaction_check_max
+def broker_settings_read(url: str, token: str) -> dict[str, int]:
+    """The running broker's settings and derived values by name (``HALFMOON_ARCHIVE_SEGMENT_MS``,
+    ``reconciliation_settle_ms``: ``GET /api/v1/broker-settings`` with the admin ``token``).
+    Raises CommandError when the broker at ``url`` does not answer them."""
+    api = JsonApi(url, token, timeout_s=10.0)
+    try:
+        answer = api.request("GET", BROKER_SETTINGS_PATH)[1]
+    except HalfmoonError as exc:
+        raise CommandError(
+            f"Could not read the broker's settings (GET {url.rstrip('/')}{BROKER_SETTINGS_PATH}): "
+            f"{exc}. Is the broker running at --url, on this database?"
+        ) from exc
+    finally:
+        api.close()
+    return {s["name"]: s["value"] for s in answer["settings"] + answer["derived"]}
+
+
+def default_timeout_s(broker: dict[str, int]) -> float:
+    """How long the UNKNOW transactions take to be discarded with the ``broker``'s settings
+    (``broker_settings_read``): the first check after the transaction timeout, then one check
+    per interval up to the check max, and the discard one interval later; plus a minute for
+    scans and the consumer (s)."""
+    timeout = broker["HALFMOON_TRANSACTION_TIMEOUT_MS"]
+    interval = broker["HALFMOON_TRANSACTION_CHECK_INTERVAL_MS"]
+    check_max = broker["HALFMOON_TRANSACTION_CHECK_MAX"]
     return (timeout + (check_max + 1) * interval) / 1000 + 60
 
 
-def archive_wait_s() -> float:
+def archive_wait_s(broker: dict[str, int]) -> float:
     """How long the archive may take, after the demo, to reach its last half message plus the
-    settle time: that time, then the segment holding it closing (a segment, the archive lag),
-    the next export (an interval), and two minutes for the export itself (s)."""
+    ``broker``'s settle time: that time, then the segment holding it closing (a segment, the
+    archive lag), the next export (an interval), and two minutes for the export itself (s)."""
     wait_ms = (
-        reconciliation_settle_ms()
-        + conf.archive_segment_ms
-        + conf.archive_lag_ms
-        + conf.archive_interval_ms
+        broker["reconciliation_settle_ms"]
+        + broker["HALFMOON_ARCHIVE_SEGMENT_MS"]
+        + broker["HALFMOON_ARCHIVE_LAG_MS"]
+        + broker["HALFMOON_ARCHIVE_INTERVAL_MS"]
     )
     return wait_ms / 1000 + 120
+
+
+def broker_settings_text(broker: dict[str, int]) -> str:
+    """The ``broker``'s settings the demo waits on, in one line."""
+    return (
+        f"transaction timeout {duration_text(broker['HALFMOON_TRANSACTION_TIMEOUT_MS'])}, "
+        f"check interval {duration_text(broker['HALFMOON_TRANSACTION_CHECK_INTERVAL_MS'])}, "
+        f"check max {broker['HALFMOON_TRANSACTION_CHECK_MAX']}; archive segments of "
+        f"{duration_text(broker['HALFMOON_ARCHIVE_SEGMENT_MS'])}, exported every "
+        f"{duration_text(broker['HALFMOON_ARCHIVE_INTERVAL_MS'])}"
+    )
 
 
 def states_text(counts: dict[str, int]) -> str:
@@ -137,8 +169,8 @@ class Command(BaseCommand):
             type=float,
             default=None,
             help="give up (exit 1) if not every transaction is final and consumed by then; "
-            "default: long enough for the check settings in this environment (the broker's "
-            "must match): timeout + (check max + 1) x check interval + 60 s",
+            "default: long enough for the running broker's check settings (GET "
+            "/api/v1/broker-settings): timeout + (check max + 1) x check interval + 60 s",
         )
         parser.add_argument(
             "--reconcile",
@@ -170,18 +202,20 @@ class Command(BaseCommand):
         _, app_token = access_key_create(
             name=key_names[1], producer_groups=[producer_group], consumer_groups=[consumer_group]
         )
-        demo = SeedDemo(
-            url=options["url"],
-            admin_token=admin_token,
-            token=app_token,
-            producer_group=producer_group,
-            consumer_group=consumer_group,
-            count=options["messages"],
-            timeout_s=options["timeout_s"] or default_timeout_s(),
-            check_host=options["check_host"],
-            say=self._say,
-        )
         try:
+            broker = broker_settings_read(options["url"], admin_token)
+            self._say(f"The broker at {options['url']} runs with {broker_settings_text(broker)}")
+            demo = SeedDemo(
+                url=options["url"],
+                admin_token=admin_token,
+                token=app_token,
+                producer_group=producer_group,
+                consumer_group=consumer_group,
+                count=options["messages"],
+                timeout_s=options["timeout_s"] or default_timeout_s(broker),
+                check_host=options["check_host"],
+                say=self._say,
+            )
             demo.run()
         except DemoFailed as exc:
             raise CommandError(str(exc)) from exc
@@ -191,6 +225,7 @@ class Command(BaseCommand):
         if options["reconcile"]:
             self._reconcile(
                 url=options["url"].rstrip("/"),
+                broker=broker,
                 producer_group=producer_group,
                 trigger=f"demo:{suffix}",
                 timeout_s=options["reconcile_timeout_s"],
@@ -206,30 +241,39 @@ class Command(BaseCommand):
             time.sleep(POLL_S)
         return value
 
-    def _reconcile(self, *, url: str, producer_group: str, trigger: str, timeout_s: float) -> None:
-        """Wait for the archive, queue the run on the pipeline worker, wait for it, print it."""
+    def _reconcile(
+        self,
+        *,
+        url: str,
+        broker: dict[str, int],
+        producer_group: str,
+        trigger: str,
+        timeout_s: float,
+    ) -> None:
+        """Wait for the archive (by the ``broker``'s settings, ``broker_settings_read``), queue
+        the run on the pipeline worker, wait for it, print it."""
         stored = half_messages_stored_range(producer_group)
         if stored is None:
             raise CommandError(f"The demo stored no half message for {producer_group}.")
         first, last = stored
-        settle = reconciliation_settle_ms()
+        settle = broker["reconciliation_settle_ms"]
         reach = last + settle + 1
         self._say(
             f"Reconciliation: waiting for the archive to reach {iso_utc(reach)} (the last half "
             f"message plus {duration_text(settle)} to settle; the pipeline worker exports every "
-            f"{duration_text(conf.archive_interval_ms)} in segments of "
-            f"{duration_text(conf.archive_segment_ms)})"
+            f"{duration_text(broker['HALFMOON_ARCHIVE_INTERVAL_MS'])} in segments of "
+            f"{duration_text(broker['HALFMOON_ARCHIVE_SEGMENT_MS'])})"
         )
         self._wait(
             "the archive to reach the demo's settled transactions: is the pipeline worker "
-            "running (bin/run starts it), with the HALFMOON_ARCHIVE_* settings of this shell?",
+            "running (bin/run starts it), with the web server's HALFMOON_ARCHIVE_* settings?",
             lambda: True if (archived_until_or_none() or 0) >= reach else None,
-            archive_wait_s(),
+            archive_wait_s(broker),
         )
         reconciliation_run_queue(trigger=trigger)
         self._say(
-            f"archived up to {iso_utc(archived_until_or_none() or 0)}; reconciliation queued on the pipeline "
-            f"worker as {trigger} (Spark may take a minute to start)"
+            f"archived up to {iso_utc(archived_until_or_none() or 0)}; reconciliation queued on "
+            f"the pipeline worker as {trigger} (Spark may take a minute to start)"
         )
         run = self._wait(
             f"the reconciliation run {trigger}: is the pipeline worker running, or was another "
@@ -253,8 +297,8 @@ class Command(BaseCommand):
         page = f"{url}{reverse('console:reconciliation_run', args=[run.pk])}"
         if run.state == ReconciliationRun.State.SKIPPED:
             raise CommandError(
-                f"Reconciliation run {run.pk} skipped: {run.reason} Does this shell have the "
-                f"broker's HALFMOON_* settings? Console: {page}"
+                f"Reconciliation run {run.pk} skipped: {run.reason} Do the broker's processes "
+                f"(web server and pipeline worker) share their HALFMOON_* settings? Console: {page}"
             )
         if run.state == ReconciliationRun.State.FAILED:
             error = run.error.splitlines()[0] if run.error else "no error recorded"
