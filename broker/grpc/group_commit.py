@@ -25,7 +25,8 @@ from broker.services.commitlog.batch import BatchItem
 GROUP_COMMIT_LANES = 1
 """Batches of one kind (sends, or ends) in flight at once per process. One: two batches of a
 kind would lock the same queues' offset counters and wait for each other's commit, and the
-batches would be smaller (bench/grpc_throughput.py: 519 tx/s with one lane, 405 with four)."""
+batches would be smaller (bench/grpc_throughput.py; figures in bench/README.md, "gRPC group
+commit lanes")."""
 
 Build = Callable[[], dict[str, Any]]
 """A call's item: run in the batch's worker thread, returns the keyword arguments of the

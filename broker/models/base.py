@@ -39,10 +39,10 @@ def model_from_row(model: type[M], row: Sequence[Any]) -> M:
 
 def model_new(model: type[M], **values: Any) -> M:
     """The unsaved instance ``model(**values)`` makes (a field not given gets its default),
-    built as Django builds a row it read: one value per concrete field, in field order, for
-    about 60% of the keyword path's cost (a send builds two per half message, a batch of 32
-    sixty-four). For models without relations; ``values`` are attribute names of concrete
-    fields.
+    built as Django builds a row it read: one value per concrete field, in field order, at a
+    fraction of the keyword path's cost (bench/README.md, "Building model instances"; a send
+    builds two per half message). For models without relations; ``values`` are attribute names
+    of concrete fields.
 
     Raises:
         TypeError: a value for something that is not a concrete field of ``model``.
