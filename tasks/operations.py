@@ -1,12 +1,12 @@
 """Operations tasks (bulk actions, dead-letter resends), started by the console and the API alike:
 thin wrappers over ``broker.services.operations.bulk`` and
-``broker.services.consumption.group_ops``."""
+``broker.services.consumption.dead_letters``."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from broker.services.consumption.group_ops import dead_letters_run
+from broker.services.consumption.dead_letters import dead_letters_run
 from broker.services.operations.bulk import bulk_run
 
 

@@ -20,7 +20,7 @@ class AuditEntry(models.Model):
     running, done), ``result``, ``processed``, ``counts``, ``applied_by``,
     ``applied_timestamp`` and ``finished_timestamp``. A consumer-group operation with a
     preview (``reset-offset``, ``skip-backlog``, ``resend-dead-letters``;
-    ``broker.services.consumption.group_ops``) is written at its preview with an empty
+    ``broker.services.consumption``) is written at its preview with an empty
     ``reason``: the operator gives the reason when applying it, and it is set then, once,
     with its progress fields. Nothing deletes an entry.
     """
@@ -39,14 +39,14 @@ class AuditEntry(models.Model):
         BULK_RESUME_CHECK = "bulk-resume-check"
         SILENCE_ALERT = "silence-alert"  # an alert silenced (broker.services.alerts.silences)
         EXPIRE_SILENCE = "expire-silence"  # a silence ended early
-        # Consumer-group operations (broker.services.consumption.group_ops): the first two are
+        # Consumer-group operations (broker.services.consumption): the first two are
         # previewed (scope: the frozen per-queue plan), then applied with the reason.
         RESET_OFFSET = "reset-offset"  # a group's offsets reset to a time
         SKIP_BACKLOG = "skip-backlog"  # a group's offsets moved to the queue ends
         RESEND_MESSAGE = "resend-message"  # one message delivered again to one group
         RESEND_DEAD_LETTER = "resend-dead-letter"  # one dead letter's original, to its group
         RESEND_DEAD_LETTERS = "resend-dead-letters"  # a frozen set of them (targets: the DLQ
-        # copies' commit log offsets), run by a Celery task with live progress
+        # copies, AuditTarget.commit_log_offset), run by a Celery task with live progress
 
     class State(models.TextChoices):
         DONE = "done"
@@ -89,10 +89,12 @@ class AuditEntry(models.Model):
 
 
 class AuditTarget(models.Model):
-    """One transaction an audit entry acted on, and what happened to it: ``done``,
-    ``already_ended`` (``detail`` says what ended it), ``failed`` (``detail.error``) or, for a
-    bulk not yet applied to it, ``pending``. ``result`` and ``detail`` change once, from
-    ``pending`` to the outcome; a target that is no longer pending is never acted on again."""
+    """One thing an audit entry acted on: a transaction (``transaction_id``) or, for the
+    dead-letter resends, a dead letter (``commit_log_offset`` of its copy on ``%DLQ%{group}``,
+    ``transaction_id`` ""), and what happened to it: ``done``, ``already_ended`` (``detail``
+    says what ended it), ``failed`` (``detail.error``) or, for a frozen set not yet applied to
+    it, ``pending``. ``result`` and ``detail`` change once, from ``pending`` to the outcome; a
+    target that is no longer pending is never acted on again."""
 
     class Result(models.TextChoices):
         PENDING = "pending"
@@ -101,14 +103,35 @@ class AuditTarget(models.Model):
         FAILED = "failed"
 
     entry = models.ForeignKey(AuditEntry, on_delete=models.PROTECT, related_name="targets")
-    transaction_id = models.CharField(max_length=64)
+    transaction_id = models.CharField(
+        max_length=64, blank=True, default="", help_text='The transaction ("" for a dead letter)'
+    )
+    commit_log_offset = models.BigIntegerField(
+        null=True, blank=True, help_text="A dead letter: the commit log offset of its DLQ copy"
+    )
     result = models.CharField(max_length=16, choices=Result.choices, default=Result.PENDING)
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
-            models.UniqueConstraint(fields=["entry", "transaction_id"], name="one_audit_target")
+            models.UniqueConstraint(
+                fields=["entry", "transaction_id"],
+                condition=~models.Q(transaction_id=""),
+                name="one_audit_target",
+            ),
+            # Leading on the offset: also the index of a dead letter's resends
+            # (broker.selectors.consumer_groups).
+            models.UniqueConstraint(
+                fields=["commit_log_offset", "entry"],
+                condition=models.Q(commit_log_offset__isnull=False),
+                name="one_audit_target_dead_letter",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(transaction_id="", commit_log_offset__isnull=False)
+                | (~models.Q(transaction_id="") & models.Q(commit_log_offset__isnull=True)),
+                name="audit_target_transaction_or_dead_letter",
+            ),
         ]
         indexes = [
             models.Index(fields=["transaction_id", "-entry"], name="audit_target_transaction"),
@@ -116,4 +139,4 @@ class AuditTarget(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.entry_id} {self.transaction_id} {self.result}"
+        return f"#{self.entry_id} {self.transaction_id or self.commit_log_offset} {self.result}"

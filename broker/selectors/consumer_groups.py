@@ -1,4 +1,4 @@
-"""Reads behind a consumer group's operations (``broker.services.consumption.group_ops``): its
+"""Reads behind a consumer group's operations (``broker.services.consumption``): its
 offsets per queue with their lag, where a reset to a time would move them, its dead letters
 (``%DLQ%{group}``) with their original messages, and the audit entries of its operations.
 
@@ -10,6 +10,7 @@ import operator
 from dataclasses import dataclass
 from functools import reduce
 
+from django.core.paginator import Page, Paginator
 from django.db.models import Count, Min, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
@@ -29,6 +30,11 @@ DEAD_LETTERS_PAGE = 100
 
 OFFSET_RESET_ACTIONS = (AuditEntry.Action.RESET_OFFSET, AuditEntry.Action.SKIP_BACKLOG)
 DEAD_LETTER_SET_ACTIONS = (AuditEntry.Action.RESEND_DEAD_LETTERS,)
+DEAD_LETTER_ACTIONS = (AuditEntry.Action.RESEND_DEAD_LETTER, *DEAD_LETTER_SET_ACTIONS)
+GROUP_ACTIONS = (*OFFSET_RESET_ACTIONS, AuditEntry.Action.RESEND_MESSAGE, *DEAD_LETTER_ACTIONS)
+"""Every ``AuditEntry.Action`` of a consumer-group operation (its ``scope.consumer_group``)."""
+OPERATIONS_SHOWN = 20
+DEAD_LETTER_SET_PAGE = 100
 
 
 @dataclass(frozen=True)
@@ -159,22 +165,19 @@ def _dead_letter(m: Message, resent: int) -> DeadLetter:
 
 def _resent_counts(offsets: list[int]) -> dict[int, int]:
     """How many times each dead letter (commit log offset) was resent: its ``done`` audit
-    targets of the resend actions."""
+    targets (``AuditTarget.commit_log_offset``) of the resend actions."""
     rows = (
         AuditTarget.objects.filter(
-            entry__action__in=(
-                AuditEntry.Action.RESEND_DEAD_LETTER,
-                AuditEntry.Action.RESEND_DEAD_LETTERS,
-            ),
-            transaction_id__in=[str(o) for o in offsets],
+            entry__action__in=DEAD_LETTER_ACTIONS,
+            commit_log_offset__in=offsets,
             result=AuditTarget.Result.DONE,
         )
-        .values("transaction_id")
+        .values("commit_log_offset")
         .annotate(n=Count("*"))
         .order_by()
-        .values_list("transaction_id", "n")
+        .values_list("commit_log_offset", "n")
     )
-    return {int(t): n for t, n in rows}
+    return dict(rows)
 
 
 def dead_letters(
@@ -235,6 +238,27 @@ def consumer_group_op_get(entry_id: int, actions: tuple[str, ...]) -> AuditEntry
             details={"id": entry_id},
         )
     return entry
+
+
+def consumer_group_operations(
+    consumer_group: str, *, limit: int = OPERATIONS_SHOWN
+) -> list[AuditEntry]:
+    """The group's latest operations (``GROUP_ACTIONS``), newest first, at most ``limit``. One
+    query."""
+    return list(
+        AuditEntry.objects.filter(
+            action__in=GROUP_ACTIONS, scope__consumer_group=consumer_group
+        ).order_by("-id")[:limit]
+    )
+
+
+def dead_letter_set_page(
+    entry: AuditEntry, *, page: int = 1, per_page: int = DEAD_LETTER_SET_PAGE
+) -> Page:
+    """Page ``page`` (1-based; out of range gives the last) of a dead-letter set's targets in
+    their frozen order (``AuditTarget`` rows: ``commit_log_offset`` of the DLQ copy, ``result``,
+    ``detail``). Two queries."""
+    return Paginator(entry.targets.order_by("id"), per_page).get_page(page)
 
 
 def consumer_group_of_entry(entry: AuditEntry) -> str:

@@ -4,41 +4,45 @@ its offsets per queue with their lag, a reset of the offsets to a time and "skip
 group, and its dead-letter queue (resend one, or preview a frozen set and apply it with live
 progress).
 
-Every write goes through ``broker.services.consumption.group_ops``, which audits it; these views
-read the form, call the service and say what happened. Viewers see the pages without the
-controls; an operator scoped to consumer groups acts on their groups only
-(``ConsumerGroupOperateRequired``: 403 on another's).
+Every write goes through ``broker.services.consumption`` (``offset_resets``, ``redelivery``,
+``dead_letters``), which audits it; these views read the form, call the service and say
+what happened. Viewers see the pages without the controls; an operator scoped to consumer
+groups acts on their groups only (``ConsumerGroupOperateRequired``: 403 on another's).
 """
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import HalfmoonError, NotFound
-from broker.models import AuditEntry, Message
 from broker.selectors.consumer_groups import (
     DEAD_LETTER_SET_ACTIONS,
     OFFSET_RESET_ACTIONS,
     consumer_group_of_entry,
     consumer_group_offsets,
     consumer_group_op_get,
+    consumer_group_operations,
+    dead_letter_set_page,
     dead_letters,
 )
+from broker.selectors.messages import message_at
 from broker.selectors.topology import consumer_group_get
-from broker.services.consumption.group_ops import (
-    backlog_skip_preview,
+from broker.services.consumption.dead_letters import (
     dead_letter_resend,
     dead_letters_apply,
     dead_letters_preview,
-    message_resend,
+)
+from broker.services.consumption.offset_resets import (
+    backlog_skip_preview,
     offset_reset_apply,
     offset_reset_preview,
 )
+from broker.services.consumption.redelivery import message_resend
+from broker.services.operations.audit import VIA_CONSOLE
 from console.forms.consumer_groups import OffsetResetForm
 from console.permissions import (
     ConsumerGroupOperateRequired,
@@ -48,14 +52,7 @@ from console.permissions import (
 )
 from console.views.actions import console_actor
 
-CONSOLE = AuditEntry.Via.CONSOLE
-OPERATIONS_SHOWN = 20
-GROUP_ACTIONS = (
-    *OFFSET_RESET_ACTIONS,
-    AuditEntry.Action.RESEND_MESSAGE,
-    AuditEntry.Action.RESEND_DEAD_LETTER,
-    *DEAD_LETTER_SET_ACTIONS,
-)
+CONSOLE = VIA_CONSOLE
 
 
 def _group_or_404(group: str) -> None:
@@ -65,7 +62,8 @@ def _group_or_404(group: str) -> None:
         raise Http404(exc.message) from None
 
 
-def _entry_or_404(group: str, entry_id: int, actions: tuple[str, ...]) -> AuditEntry:
+def _entry_or_404(group: str, entry_id: int, actions: tuple[str, ...]):
+    """The ``AuditEntry`` of operation ``entry_id`` of ``group``, else 404."""
     try:
         entry = consumer_group_op_get(entry_id, actions)
     except NotFound as exc:
@@ -100,9 +98,7 @@ class ConsumerGroupView(ViewConsoleRequired, View):
             "dead_letters": letters,
             "next_before": letters[-1].message.pk if len(letters) >= 100 else None,
             "may_operate": may_operate_consumer_group(request.user, group),
-            "operations": AuditEntry.objects.filter(
-                action__in=GROUP_ACTIONS, scope__consumer_group=group
-            ).order_by("-id")[:OPERATIONS_SHOWN],
+            "operations": consumer_group_operations(group),
             "form": OffsetResetForm(),
         }
         return render(request, "console/consumer_groups/detail.html", context)
@@ -197,7 +193,7 @@ class MessageResendView(ConsumerGroupOperateRequired, View):
 
     def get(self, request: HttpRequest, group: str, commit_log_offset: int) -> HttpResponse:
         _group_or_404(group)
-        message = Message.objects.filter(commit_log_offset=commit_log_offset).first()
+        message = message_at(commit_log_offset)
         if message is None:
             raise Http404(f"No message at commit log offset {commit_log_offset}.")
         return render(
@@ -288,9 +284,7 @@ class DeadLetterSetView(ViewConsoleRequired, View):
         context = {
             "group": group,
             "entry": entry,
-            "page": Paginator(entry.targets.order_by("id"), 100).get_page(
-                _int(request.GET.get("page"), 1)
-            ),
+            "page": dead_letter_set_page(entry, page=_int(request.GET.get("page"), 1)),
             "may_operate": may_operate_consumer_group(request.user, group),
         }
         return render(request, "console/consumer_groups/dead_letter_set.html", context)

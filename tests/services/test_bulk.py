@@ -10,6 +10,7 @@ import pytest
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import AuditEntry, Resolution, Transaction, TransactionEvent
 from broker.services.operations import bulk as bulk_service
+from broker.services.operations import frozen_sets
 from broker.services.operations.bulk import (
     bulk_apply,
     bulk_preview_filter,
@@ -50,7 +51,7 @@ def states(txs: list[Transaction]) -> list[str]:
 @pytest.fixture
 def published(monkeypatch) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    monkeypatch.setattr(bulk_service, "bulk_action_progress_publish", events.append)
+    monkeypatch.setattr(frozen_sets, "bulk_action_progress_publish", events.append)
     return events
 
 

@@ -1,4 +1,4 @@
-"""Consumer-group operations (broker.services.consumption.group_ops): an offset reset to a time
+"""Consumer-group operations (broker.services.consumption): an offset reset to a time
 (previewed, frozen, applied against concurrent receives and acks), skipping the backlog, a
 resend to one group, and the dead-letter queue's resends (one, or a frozen set)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-import broker.services.operations.bulk as bulk_service
+import broker.services.operations.frozen_sets as frozen_sets
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import (
     AuditEntry,
@@ -23,17 +23,19 @@ from broker.models import (
     now_ms,
 )
 from broker.services.commitlog.messages import message_send
-from broker.services.consumption.group_ops import (
-    backlog_skip_preview,
+from broker.services.consumption.dead_letters import (
     dead_letter_resend,
     dead_letters_apply,
     dead_letters_preview,
     dead_letters_run,
-    message_resend,
+)
+from broker.services.consumption.offset_resets import (
+    backlog_skip_preview,
     offset_reset_apply,
     offset_reset_preview,
 )
 from broker.services.consumption.receive import messages_ack, messages_receive
+from broker.services.consumption.redelivery import message_resend
 from broker.services.topology.writes import consumer_group_create, topic_create
 
 OLGA = "console:olga"
@@ -91,7 +93,7 @@ def orders(db):
 @pytest.fixture
 def published(monkeypatch) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    monkeypatch.setattr(bulk_service, "bulk_action_progress_publish", events.append)
+    monkeypatch.setattr(frozen_sets, "bulk_action_progress_publish", events.append)
     return events
 
 

@@ -1,6 +1,6 @@
 """Shapes of a consumer group's operations in the API (``/api/v1/consumer-groups/{group}/...``):
 offsets, offset resets and skips (previewed, then applied), resends and the dead-letter queue
-(``broker.services.consumption.group_ops``)."""
+(``broker.services.consumption``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from broker.api.serializers.fields import (
     msg_id_validator,
 )
 from broker.models import AuditEntry
-from broker.services.consumption.group_ops import DEAD_LETTERS_MAX
+from broker.services.consumption.dead_letters import DEAD_LETTERS_MAX
 
 
 class GroupQueueOffsetOutSerializer(serializers.Serializer):

@@ -2,9 +2,10 @@
 operations"): its offsets, a reset of its offsets to a time and "skip the backlog" (previewed,
 then applied with a reason), a resend of one message to the group, and its dead-letter queue
 (list, resend one, preview a frozen set and apply it with progress). Every write goes through
-``broker.services.consumption.group_ops``, which audits it (actor ``operator:<key name>``, via
-``api``). An admin key operates every consumer group; a key with operator grants only its own
-(another group: 403). Reads need an admin or operator key."""
+``broker.services.consumption`` (``offset_resets``, ``redelivery``, ``dead_letters``), which
+audits it (actor ``operator:<key name>``, via ``api``). An admin key operates every consumer
+group; a key with operator grants only its own (another group: 403). Reads need an admin or
+operator key."""
 
 from __future__ import annotations
 
@@ -43,15 +44,17 @@ from broker.selectors.consumer_groups import (
     message_to_resend,
 )
 from broker.selectors.topology import consumer_group_get
-from broker.services.consumption.group_ops import (
-    backlog_skip_preview,
+from broker.services.consumption.dead_letters import (
     dead_letter_resend,
     dead_letters_apply,
     dead_letters_preview,
-    message_resend,
+)
+from broker.services.consumption.offset_resets import (
+    backlog_skip_preview,
     offset_reset_apply,
     offset_reset_preview,
 )
+from broker.services.consumption.redelivery import message_resend
 
 API = AuditEntry.Via.API
 _SCOPED = (

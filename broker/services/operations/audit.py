@@ -13,7 +13,7 @@ The action also appears in the transaction's timeline: each action writes its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -28,6 +28,9 @@ ENDED_STATES = RESOLVED_STATES  # an operator action on these is refused
 
 # The reason recorded for an API resume-check sent without one (api-v1 makes it optional).
 NO_REASON_GIVEN = "(no reason given)"
+
+VIA_CONSOLE = AuditEntry.Via.CONSOLE
+"""The ``via`` of an action taken in the console (the console's views pass it)."""
 
 
 def reason_checked(reason: str | None, *, transaction_id: str | None = None) -> str:
@@ -109,7 +112,7 @@ def audit_entry_record(
     reason: str,
     state: str,
     result: str,
-    targets: dict[str, tuple[str, dict[str, Any]]],
+    targets: Mapping[str | int, tuple[str, dict[str, Any]]],
     scope: dict[str, Any] | None = None,
 ) -> AuditEntry:
     """Append an ``AuditEntry`` and its ``AuditTarget`` rows.
@@ -117,7 +120,8 @@ def audit_entry_record(
     Args:
         action: an ``AuditEntry.Action``; ``via``: an ``AuditEntry.Via``; ``state``: an
             ``AuditEntry.State``; ``result``: the summary (cut to 512 characters).
-        targets: ``{transaction_id: (AuditTarget.Result, detail)}``.
+        targets: ``{transaction_id: (AuditTarget.Result, detail)}``; a dead letter's key is
+            the commit log offset of its DLQ copy, an int (``AuditTarget.commit_log_offset``).
         scope: what the action was asked for (a bulk's selection or filter).
 
     Returns:
@@ -137,12 +141,18 @@ def audit_entry_record(
     )
     AuditTarget.objects.bulk_create(
         [
-            AuditTarget(entry=entry, transaction_id=tid, result=result, detail=detail)
-            for tid, (result, detail) in targets.items()
+            AuditTarget(entry=entry, result=result, detail=detail, **_target_key(key))
+            for key, (result, detail) in targets.items()
         ],
         batch_size=1000,
     )
     return entry
+
+
+def _target_key(key: str | int) -> dict[str, Any]:
+    if isinstance(key, int):
+        return {"commit_log_offset": key}
+    return {"transaction_id": key}
 
 
 def operator_action_audited(

@@ -1,29 +1,17 @@
 """Bulk operator actions over a frozen set of transactions (the console's "bulk commit /
-rollback / resume checks" on a selection or on the stuck list's filter).
-
-Three steps, each audited in one ``AuditEntry`` (``action`` ``bulk-*``):
+rollback / resume checks" on a selection or on the stuck list's filter), each audited in one
+``AuditEntry`` (``action`` ``bulk-*``) run as a frozen set (``broker.services.operations.
+frozen_sets``):
 
 1. ``bulk_preview_selection`` / ``bulk_preview_filter`` (dry run): the transactions the action
-   would change *now* (those whose state allows it) are frozen as the entry's ``AuditTarget``
-   rows (``pending``), at most ``BULK_MAX_TARGETS``; the entry is ``previewed``. The operator
-   sees exactly that count and list. An operator scoped to producer groups
-   (``broker.rules.grants``) passes ``allowed_producer_groups``: the transactions of other
-   groups are left out of the frozen set, and the entry's ``scope.excluded`` says how many,
-   of which groups.
-2. ``bulk_apply``: ``queued``, and the Celery task ``tasks.operations.bulk_action_run`` is sent.
-   A scoped operator may confirm only a bulk whose every target is of its producer groups.
-3. ``bulk_run`` (the task): ``running``; applies the action to the pending targets only, one
-   transaction at a time, each in its own database transaction through the same services as a
-   single action (``broker.services.transactions.operator``), and records each target's result (``done``,
-   ``already_ended`` with what ended it, ``failed`` with the error) in that same database
-   transaction: a target that is done is never acted on again, so a run cut short (the worker
-   died) is resumed by running it again. The filter is never queried again: a transaction
-   that arrives after the preview is not touched. Progress is published
-   (``broker.plumbing.events.bulk_action_progress_publish``) at most every ``PROGRESS_INTERVAL_MS`` and
-   at the end (``done``).
+   would change *now* are frozen as the entry's ``pending`` targets (at most
+   ``BULK_MAX_TARGETS``); a scoped operator's (``allowed_producer_groups``) leave the other
+   groups' out, and ``scope.excluded`` says how many, of which groups.
+2. ``bulk_apply``: ``queued``, and ``tasks.operations.bulk_action_run`` is sent.
+3. ``bulk_run`` (the task): each pending transaction through the single action's service
+   (``broker.services.transactions.operator``); the filter is never queried again.
 
-The entry's progress fields are the only ones that change after the preview (see
-``AuditEntry``).
+See docs/design.md, "Operator actions" and "Frozen sets".
 """
 
 from __future__ import annotations
@@ -32,32 +20,33 @@ import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from celery import current_app
-from django.db import transaction
 from django.db.models import Count, QuerySet
 
-from broker.errors import Conflict, Forbidden, InvalidInput
+from broker.errors import Forbidden, InvalidInput
 from broker.models import AuditEntry, AuditTarget, Transaction, now_ms
-from broker.plumbing.events import BulkActionProgress, bulk_action_progress_publish
 from broker.rules.states import TransactionState
 from broker.selectors.audit import bulk_get
 from broker.selectors.grants import bulk_target_producer_groups
 from broker.selectors.transactions import stuck_transactions
 from broker.services.operations.audit import (
     actor_checked,
-    audit_entry_record,
     reason_checked,
     refusal_detail,
     refusal_result,
+)
+from broker.services.operations.frozen_sets import (
+    FrozenSetKind,
+    frozen_set_apply,
+    frozen_set_freeze,
+    frozen_set_run,
 )
 from broker.services.transactions.operator import OPERATOR_ACTIONS
 
 logger = logging.getLogger("halfmoon.bulk")
 
 BULK_MAX_TARGETS = 10_000
-PROGRESS_INTERVAL_MS = 100  # at most ~10 progress announcements a second
 BULK_RUN_TASK = "tasks.operations.bulk_action_run"
-_CHUNK = 200
+BULK_SET = FrozenSetKind(noun="Bulk action", code="bulk", id_key="bulk_id", task=BULK_RUN_TASK)
 EXCLUDED_IDS_KEPT = 100  # a selection's left-out transaction ids kept in the entry's scope
 
 Result = AuditTarget.Result
@@ -216,17 +205,15 @@ def _preview(
     result = f"previewed: {len(rows)} transactions to {action}"
     if excluded_count:
         result += f"; left out: {excluded_text(scope['excluded'])}"
-    with transaction.atomic():
-        entry = audit_entry_record(
-            action=entry_action,
-            actor=actor,
-            via=via,
-            reason=reason,
-            state=AuditEntry.State.PREVIEWED,
-            result=result,
-            targets={tid: (Result.PENDING, {"preview_state": state}) for tid, state in rows},
-            scope=scope,
-        )
+    entry = frozen_set_freeze(
+        action=entry_action,
+        actor=actor,
+        via=via,
+        reason=reason,
+        result=result,
+        targets={tid: {"preview_state": state} for tid, state in rows},
+        scope=scope,
+    )
     logger.info("%s previewed bulk #%d: %s %d transactions", actor, entry.pk, action, len(rows))
     return entry
 
@@ -297,29 +284,16 @@ def bulk_apply(
                 code="bulk_outside_scope",
                 details={"bulk_id": bulk_id, "producer_groups": outside},
             )
-    with transaction.atomic():
-        entry = AuditEntry.objects.select_for_update().get(pk=bulk_get(bulk_id).pk)
-        if entry.state == AuditEntry.State.DONE:
-            raise Conflict(
-                f"Bulk action {bulk_id} has finished: {entry.result}.",
-                code="bulk_done",
-                details={"bulk_id": bulk_id},
-            )
-        if entry.state == AuditEntry.State.PREVIEWED:
-            entry.state = AuditEntry.State.QUEUED
-            entry.applied_by = actor
-            entry.applied_timestamp = now_ms()
-            entry.save(update_fields=["state", "applied_by", "applied_timestamp"])
-        transaction.on_commit(lambda: current_app.send_task(BULK_RUN_TASK, args=[bulk_id]))
+    entry = frozen_set_apply(bulk_get(bulk_id).pk, BULK_SET, actor=actor)
     logger.info("%s applied bulk #%d (%s)", actor, bulk_id, entry.action)
     return entry
 
 
 def bulk_run(bulk_id: int) -> AuditEntry:
-    """Apply a queued (or interrupted running) bulk to its pending targets; see the module
-    docstring. Safe to run again, or twice at once (each target is locked, ``SKIP LOCKED``,
-    and acted on only while pending). The per-transaction actions are written as by
-    ``applied_by`` with the bulk's reason, their events naming the bulk's entry.
+    """Apply a queued (or interrupted running) bulk to its pending targets
+    (``frozen_set_run``): each transaction through the single action's service, written as by
+    ``applied_by`` with the bulk's reason, its events naming the bulk's entry; a target's
+    result is ``done``, ``already_ended`` (with what ended it) or ``failed`` (the error).
 
     Returns:
         the entry, ``done`` with ``counts`` ``{done, already_ended, failed}`` and ``result``
@@ -328,119 +302,20 @@ def bulk_run(bulk_id: int) -> AuditEntry:
     Raises:
         NotFound: ``bulk_not_found``. Conflict: ``bulk_not_applied`` (still previewed).
     """
-    with transaction.atomic():
-        entry = AuditEntry.objects.select_for_update().get(pk=bulk_get(bulk_id).pk)
-        if entry.state == AuditEntry.State.DONE:
-            return entry
-        if entry.state == AuditEntry.State.PREVIEWED:
-            raise Conflict(
-                f"Bulk action {bulk_id} was previewed, not applied.",
-                code="bulk_not_applied",
-                details={"bulk_id": bulk_id},
-            )
-        entry.state = AuditEntry.State.RUNNING
-        entry.save(update_fields=["state"])
-    progress = TargetProgress(entry)
-    last_id = 0
-    while batch := list(
-        entry.targets.filter(result=Result.PENDING, id__gt=last_id)
-        .order_by("id")
-        .values_list("id", "transaction_id")[:_CHUNK]
-    ):
-        for target_id, transaction_id in batch:
-            last_id = target_id
-            result = _target_apply(entry, target_id, transaction_id)
-            if result is not None:
-                progress.add(result)
-    return progress.finish()
+    return frozen_set_run(bulk_get(bulk_id).pk, BULK_SET, _target_act)
 
 
-def _target_apply(entry: AuditEntry, target_id: int, transaction_id: str) -> str | None:
-    """Act on one pending target in one database transaction with its result; None when it is
-    not pending any more (another run took it)."""
+def _target_act(entry: AuditEntry, target: AuditTarget) -> tuple[str, dict[str, Any]]:
+    """The bulk's action on one target's transaction (a ``TargetAction``)."""
     service = OPERATOR_ACTIONS[ACTION_OF_BULK_ENTRY[entry.action]]
-    with transaction.atomic():
-        target = (
-            AuditTarget.objects.select_for_update(skip_locked=True)
-            .filter(pk=target_id, result=Result.PENDING)
-            .first()
+    try:
+        tx = service(
+            transaction_id=target.transaction_id,
+            reason=entry.reason,
+            actor=entry.applied_by or entry.actor,
+            via=entry.via,
+            bulk=entry,
         )
-        if target is None:
-            return None
-        try:
-            tx = service(
-                transaction_id=transaction_id,
-                reason=entry.reason,
-                actor=entry.applied_by or entry.actor,
-                via=entry.via,
-                bulk=entry,
-            )
-            target.result, target.detail = Result.DONE, {**target.detail, "state": tx.state}
-        except Exception as exc:  # noqa: BLE001 - recorded as the target's result
-            target.result = refusal_result(exc)
-            target.detail = {**target.detail, **refusal_detail(exc)}
-        target.save(update_fields=["result", "detail"])
-    return target.result
-
-
-def bulk_counts(entry: AuditEntry) -> dict[str, int]:
-    """The entry's targets counted by result: ``{done, already_ended, failed}`` (and
-    ``pending``)."""
-    counts = dict.fromkeys(Result.values, 0)
-    for row in entry.targets.values("result").annotate(n=Count("id")):
-        counts[row["result"]] = row["n"]
-    return counts
-
-
-class TargetProgress:
-    """Counts of one run over an entry's frozen targets, saved on the entry and announced
-    (``bulk.progress``, ``bulk_id`` = the entry's id) at most every ``PROGRESS_INTERVAL_MS``
-    and at the end. Also used by the dead-letter resend sets
-    (``broker.services.consumption.group_ops``), whose page listens the same way."""
-
-    def __init__(self, entry: AuditEntry) -> None:
-        self.entry = entry
-        self.counts = bulk_counts(entry)
-        self.last = 0
-        self._publish()
-
-    def add(self, result: str) -> None:
-        self.counts[result] += 1
-        self.counts[Result.PENDING] -= 1
-        if now_ms() - self.last >= PROGRESS_INTERVAL_MS:
-            self._publish()
-
-    def finish(self) -> AuditEntry:
-        entry = self.entry
-        self.counts = bulk_counts(entry)
-        entry.state = AuditEntry.State.DONE
-        entry.finished_timestamp = now_ms()
-        entry.result = ", ".join(
-            f"{self.counts[r]} {r.replace('_', ' ')}"
-            for r in (Result.DONE, Result.ALREADY_ENDED, Result.FAILED)
-        )
-        self._publish()
-        logger.info("bulk #%d done: %s", entry.pk, entry.result)
-        return entry
-
-    def _publish(self) -> None:
-        entry = self.entry
-        entry.counts = {
-            r: self.counts[r] for r in (Result.DONE, Result.ALREADY_ENDED, Result.FAILED)
-        }
-        entry.processed = entry.total - self.counts[Result.PENDING]
-        fields = ["counts", "processed", "state", "result", "finished_timestamp"]
-        AuditEntry.objects.filter(pk=entry.pk).update(**{f: getattr(entry, f) for f in fields})
-        self.last = now_ms()
-        bulk_action_progress_publish(
-            BulkActionProgress(
-                type="bulk.progress",
-                bulk_id=entry.pk,
-                action=entry.action,
-                state="done" if entry.state == AuditEntry.State.DONE else "running",
-                total=entry.total,
-                processed=entry.processed,
-                counts=dict(entry.counts),
-                timestamp=self.last,
-            )
-        )
+    except Exception as exc:  # noqa: BLE001 - recorded as the target's result
+        return refusal_result(exc), refusal_detail(exc)
+    return Result.DONE, {"state": tx.state}
