@@ -353,19 +353,6 @@ def env_definitions() -> dict[str, Definition]:
     return found
 
 
-def _unit_of(name: str) -> str:
-    for suffix, unit in (
-        ("_MS", "ms"),
-        ("_HOURS", "hours"),
-        ("_SIZE", "bytes"),
-        ("_PORT", "port"),
-        ("_PER_SECOND", "per s"),
-    ):
-        if name.endswith(suffix):
-            return unit
-    return "count"
-
-
 def render() -> str:
     """The whole of docs/settings.md.
 
@@ -404,7 +391,7 @@ def render() -> str:
     ]
     for s in BROKER_SETTINGS:
         out.append(
-            f"| `{s.name}` | {s.rocketmq} | {s.default} | {_unit_of(s.name)} | "
+            f"| `{s.name}` | {s.rocketmq} | {s.default} | {s.unit} | "
             f"{_bounds(s.minimum, s.maximum)} | {s.meaning} |"
         )
     out += ["", PROSE.rstrip(), ""]
