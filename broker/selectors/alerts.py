@@ -143,6 +143,26 @@ def notifications_by_state(
     return list(qs[:limit])
 
 
+def notifications_by_states(*, sent_limit: int) -> dict[str, list[AlertNotification]]:
+    """The alerts page's notification lists: ``failed`` and ``pending`` (the latest
+    ``NOTIFICATIONS_SHOWN`` of each) and the latest ``sent_limit`` ``sent``, newest first."""
+    states = AlertNotification.State
+    return {
+        "failed": notifications_by_state(states.FAILED),
+        "pending": notifications_by_state(states.PENDING),
+        "sent": notifications_by_state(states.SENT, limit=sent_limit),
+    }
+
+
+def alert_configuration_counts() -> dict[str, int]:
+    """How many alert rules there are (``rules``) and how many receivers are enabled
+    (``receivers``): the alerts page's summary."""
+    return {
+        "rules": AlertRule.objects.count(),
+        "receivers": AlertReceiver.objects.filter(enabled=True).count(),
+    }
+
+
 @dataclass
 class Banner:
     """What the console's banner says on every page: the firing alerts not silenced (the

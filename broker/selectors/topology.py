@@ -198,6 +198,15 @@ def topic_get(name: str) -> Topic:
     return first_or_not_found(Topic.objects.filter(name=name), "topic", name)
 
 
+def user_topic_get(name: str) -> Topic:
+    """A user topic (not a broker-owned one) by name.
+
+    Raises:
+        NotFound: ``topic_not_found``.
+    """
+    return first_or_not_found(Topic.objects.filter(name=name, system=False), "topic", name)
+
+
 def producer_group_list() -> QuerySet[ProducerGroup]:
     """Every producer group, by name."""
     return ProducerGroup.objects.order_by("name")

@@ -10,6 +10,7 @@ transactions out (``broker.services.operations.bulk``, ``allowed_producer_groups
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -22,10 +23,10 @@ from django.views import View
 
 from broker.conf import conf
 from broker.errors import Forbidden, HalfmoonError
-from broker.models import AuditEntry, Transaction
 from broker.rules.grants import scope_description
 from broker.selectors.audit import bulk_get, bulk_targets_page
 from broker.selectors.grants import bulk_target_producer_groups
+from broker.services.operations.audit import VIA_CONSOLE
 from broker.services.operations.bulk import (
     BULK_ACTIONS,
     bulk_apply,
@@ -41,15 +42,14 @@ from console.permissions import (
     operator_scope_of_user,
 )
 
-CONSOLE = AuditEntry.Via.CONSOLE
-
 
 def console_actor(user: AbstractBaseUser | AnonymousUser) -> str:
     """How a console user is named in the journals and the audit log: ``console:<username>``."""
     return f"console:{user.get_username()}"
 
 
-def _done_message(action: str, tx: Transaction) -> str:
+def _done_message(action: str, tx: Any) -> str:
+    """What the console says once ``action`` was done to ``tx`` (a ``Transaction``)."""
     if action == "commit":
         return (
             f"Committed {tx.pk}: delivered to {tx.topic} queue {tx.queue_id} "
@@ -78,7 +78,7 @@ class TransactionActionView(TransactionOperateRequired, View):
                 transaction_id=transaction_id,
                 reason=request.POST.get("reason", ""),
                 actor=console_actor(request.user),
-                via=CONSOLE,
+                via=VIA_CONSOLE,
             )
         except HalfmoonError as exc:
             messages.error(request, f"{action} refused: {exc.message}")
@@ -101,7 +101,7 @@ class BulkPreviewView(OperateAnyGroupRequired, View):
             "action": data.get("action", ""),
             "reason": data.get("reason", ""),
             "actor": console_actor(request.user),
-            "via": CONSOLE,
+            "via": VIA_CONSOLE,
             "allowed_producer_groups": operator_scope_of_user(request.user).producer_groups,
         }
         form = TransactionFilterForm(data)

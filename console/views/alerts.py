@@ -22,21 +22,25 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import HalfmoonError, InvalidInput, NotFound
-from broker.models import AlertNotification, AlertReceiver, AlertRule, now_ms
+from broker.models import now_ms
 from broker.rules.alerts import KINDS, AlertKind
 from broker.selectors.alerts import (
     active_silences,
+    alert_configuration_counts,
     alert_get,
     alert_notifications,
+    alert_receiver_get,
     alert_receiver_list,
+    alert_rule_get,
     alert_rule_list,
     firing_alerts,
-    notifications_by_state,
+    notifications_by_states,
     recent_alerts,
 )
 from broker.services.alerts import receivers, rules
 from broker.services.alerts.notifications import notification_retry
 from broker.services.alerts.silences import alert_silence, alert_silence_expire
+from broker.services.operations.audit import VIA_CONSOLE
 from console.forms.alerts import (
     AlertRuleCreateForm,
     AlertRuleEditForm,
@@ -45,7 +49,7 @@ from console.forms.alerts import (
     SilenceForm,
 )
 from console.permissions import ManageConsoleRequired, OperateConsoleRequired, ViewConsoleRequired
-from console.views.actions import CONSOLE, console_actor
+from console.views.actions import console_actor
 from console.views.base import ServiceFormView
 
 SENT_SHOWN = 20
@@ -61,11 +65,8 @@ class AlertsView(ViewConsoleRequired, View):
             "firing": firing_alerts(now),
             "silences": active_silences(now),
             "recent": recent_alerts(),
-            "failed": notifications_by_state(AlertNotification.State.FAILED),
-            "pending": notifications_by_state(AlertNotification.State.PENDING),
-            "sent": notifications_by_state(AlertNotification.State.SENT, limit=SENT_SHOWN),
-            "rules": AlertRule.objects.count(),
-            "receivers": AlertReceiver.objects.filter(enabled=True).count(),
+            **notifications_by_states(sent_limit=SENT_SHOWN),
+            **alert_configuration_counts(),
             "silence_form": SilenceForm(),
         }
         return render(request, "console/alerts/list.html", context)
@@ -107,7 +108,7 @@ class AlertSilenceView(OperateConsoleRequired, View):
                 duration_s=form.cleaned_data["duration_s"],
                 reason=form.cleaned_data["reason"],
                 actor=console_actor(request.user),
-                via=CONSOLE,
+                via=VIA_CONSOLE,
             )
         except NotFound as error:
             raise Http404(error.message) from error
@@ -134,7 +135,7 @@ class SilenceExpireView(OperateConsoleRequired, View):
                 silence_id=silence_id,
                 reason=request.POST.get("reason", ""),
                 actor=console_actor(request.user),
-                via=CONSOLE,
+                via=VIA_CONSOLE,
             )
         except NotFound as error:
             raise Http404(error.message) from error
@@ -180,18 +181,20 @@ class AlertRuleListView(ViewConsoleRequired, View):
         return render(request, "console/alerts/rules.html", context)
 
 
-def _rule(name: str | None) -> AlertRule:
-    rule = AlertRule.objects.filter(name=name or "").first()
-    if rule is None:
-        raise Http404(f"No alert rule {name}")
-    return rule
+def _rule(name: str | None) -> Any:
+    """The alert rule ``name`` (an ``AlertRule``); 404 when there is none."""
+    try:
+        return alert_rule_get(name or "")
+    except NotFound as exc:
+        raise Http404(f"No alert rule {name}") from exc
 
 
-def _receiver(name: str | None) -> AlertReceiver:
-    receiver = AlertReceiver.objects.filter(name=name or "").first()
-    if receiver is None:
-        raise Http404(f"No alert receiver {name}")
-    return receiver
+def _receiver(name: str | None) -> Any:
+    """The receiver ``name`` (an ``AlertReceiver``); 404 when there is none."""
+    try:
+        return alert_receiver_get(name or "")
+    except NotFound as exc:
+        raise Http404(f"No alert receiver {name}") from exc
 
 
 def _group_checked(apply: Any) -> Any:
@@ -216,7 +219,7 @@ class AlertRuleCreateView(ServiceFormView):
     def initial(self, name: str | None) -> dict[str, Any]:
         return {"enabled": True, "severity": "warning"}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> AlertRule:
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return _group_checked(lambda: rules.alert_rule_create(**data))
 
 
@@ -232,7 +235,7 @@ class AlertRuleEditView(ServiceFormView):
         rule = _rule(name)
         return {field: getattr(rule, field) for field in AlertRuleEditForm.base_fields}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> AlertRule:
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return _group_checked(lambda: rules.alert_rule_update(name=name or "", **data))
 
 
@@ -272,7 +275,7 @@ class ReceiverCreateView(ServiceFormView):
     def initial(self, name: str | None) -> dict[str, Any]:
         return {"enabled": True}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> AlertReceiver:
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return receivers.receiver_create(
             name=data["name"],
             kind=data["kind"],
@@ -301,7 +304,7 @@ class ReceiverEditView(ServiceFormView):
             "enabled": receiver.enabled,
         }
 
-    def apply(self, data: dict[str, Any], name: str | None) -> AlertReceiver:
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return receivers.receiver_update(
             name=name or "", url=data["url"], emails=data["emails"], enabled=data["enabled"]
         )

@@ -23,7 +23,6 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import NotFound
-from broker.models import ReconciliationAnomaly
 from broker.rules.anomalies import AnomalyKind
 from broker.rules.audit import iso_utc
 from broker.rules.durations import duration_text
@@ -88,8 +87,8 @@ def evidence_text(key: str, value: Any) -> str:
     return str(value)
 
 
-def anomaly_rows(anomalies: list[ReconciliationAnomaly]) -> list[dict[str, Any]]:
-    """The page's anomalies with what the template shows: ``label`` (the kind's meaning),
+def anomaly_rows(anomalies: list[Any]) -> list[dict[str, Any]]:
+    """The page's anomalies (``ReconciliationAnomaly`` rows) with what the template shows: ``label`` (the kind's meaning),
     ``linked`` (the transaction is in the database, so its page exists), ``evidence`` as
     ``(key, text)`` pairs (``evidence_text``) and, for a bucket's mismatch, its unexplained
     transaction ids as ``(id, linked)`` pairs. One query for the whole page."""

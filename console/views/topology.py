@@ -10,6 +10,7 @@ form error (status 400); an unknown or broker-owned name is a 404.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,7 +20,6 @@ from django.views import View
 
 from broker.conf import conf
 from broker.errors import NotFound
-from broker.models import ClientConnection, ConsumerGroup, ProducerGroup, Topic
 from broker.selectors.check_explanations import check_explanation_of_producer_group
 from broker.selectors.clients import (
     ClientCounts,
@@ -28,13 +28,19 @@ from broker.selectors.clients import (
     client_counts_by_consumer_group,
     client_counts_by_producer_group,
 )
-from broker.selectors.queries import first_or_not_found
 from broker.selectors.reconciliation import (
     producer_group_analytics,
     reconciliation_run_latest_or_none,
 )
-from broker.selectors.topology import consumer_group_rows, producer_group_rows, topic_rows
-from broker.services.topology import writes as admin
+from broker.selectors.topology import (
+    consumer_group_get,
+    consumer_group_rows,
+    producer_group_get,
+    producer_group_rows,
+    topic_rows,
+    user_topic_get,
+)
+from broker.services.topology import writes as topology_writes
 from console.forms.topology import (
     ConsumerGroupCreateForm,
     ConsumerGroupEditForm,
@@ -93,7 +99,7 @@ def _clients_page(
     *,
     side: str,
     group: str,
-    clients: list[ClientConnection],
+    clients: list[Any],
     extra: dict[str, Any] | None = None,
 ) -> HttpResponse:
     """A group's connection list: ``side`` ``producer`` or ``consumer``, its ``clients``
@@ -145,9 +151,10 @@ class ConsumerGroupClientsView(ViewConsoleRequired, View):
         return _clients_page(request, side="consumer", group=name, clients=clients)
 
 
-def _found(queryset: Any, kind: Any, name: str | None) -> Any:
+def _found(get: Callable[[str], Any], name: str | None) -> Any:
+    """``get(name)`` (a selector's ``*_get``); its NotFound as the page's 404."""
     try:
-        return first_or_not_found(queryset, kind, name or "")
+        return get(name or "")
     except NotFound as error:
         raise Http404(error.message) from error
 
@@ -160,8 +167,8 @@ class TopicCreateView(ServiceFormView):
     noun = "Topic"
     list_route = "console:topics"
 
-    def apply(self, data: dict[str, Any], name: str | None) -> Topic:
-        return admin.topic_create(name=data["name"], queue_nums=data["queue_nums"])
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.topic_create(name=data["name"], queue_nums=data["queue_nums"])
 
 
 class TopicEditView(ServiceFormView):
@@ -174,11 +181,11 @@ class TopicEditView(ServiceFormView):
     list_route = "console:topics"
 
     def initial(self, name: str | None) -> dict[str, Any]:
-        topic = _found(Topic.objects.filter(name=name, system=False), "topic", name)
+        topic = _found(user_topic_get, name)
         return {"queue_nums": topic.queue_nums}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> Topic:
-        return admin.topic_update(name=name or "", queue_nums=data["queue_nums"])
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.topic_update(name=name or "", queue_nums=data["queue_nums"])
 
 
 class ProducerGroupCreateView(ServiceFormView):
@@ -190,8 +197,10 @@ class ProducerGroupCreateView(ServiceFormView):
     noun = "Producer group"
     list_route = "console:producer_groups"
 
-    def apply(self, data: dict[str, Any], name: str | None) -> ProducerGroup:
-        return admin.producer_group_create(name=data["name"], check_url=data["check_url"] or None)
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.producer_group_create(
+            name=data["name"], check_url=data["check_url"] or None
+        )
 
     def done(self, request: HttpRequest, result: Any) -> HttpResponse:
         return render(request, "console/topology/producer_group_created.html", {"group": result})
@@ -207,11 +216,13 @@ class ProducerGroupEditView(ServiceFormView):
     list_route = "console:producer_groups"
 
     def initial(self, name: str | None) -> dict[str, Any]:
-        group = _found(ProducerGroup.objects.filter(name=name), "producer_group", name)
+        group = _found(producer_group_get, name)
         return {"check_url": group.check_url or ""}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> ProducerGroup:
-        return admin.producer_group_update(name=name or "", check_url=data["check_url"] or None)
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.producer_group_update(
+            name=name or "", check_url=data["check_url"] or None
+        )
 
 
 class ConsumerGroupCreateView(ServiceFormView):
@@ -222,8 +233,8 @@ class ConsumerGroupCreateView(ServiceFormView):
     noun = "Consumer group"
     list_route = "console:consumer_groups"
 
-    def apply(self, data: dict[str, Any], name: str | None) -> ConsumerGroup:
-        return admin.consumer_group_create(
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.consumer_group_create(
             name=data["name"], max_delivery_attempts=data["max_delivery_attempts"]
         )
 
@@ -237,11 +248,11 @@ class ConsumerGroupEditView(ServiceFormView):
     list_route = "console:consumer_groups"
 
     def initial(self, name: str | None) -> dict[str, Any]:
-        group = _found(ConsumerGroup.objects.filter(name=name), "consumer_group", name)
+        group = _found(consumer_group_get, name)
         return {"max_delivery_attempts": group.max_delivery_attempts}
 
-    def apply(self, data: dict[str, Any], name: str | None) -> ConsumerGroup:
-        return admin.consumer_group_update(
+    def apply(self, data: dict[str, Any], name: str | None) -> Any:
+        return topology_writes.consumer_group_update(
             name=name or "", max_delivery_attempts=data["max_delivery_attempts"]
         )
 
