@@ -1,5 +1,5 @@
-"""A running broker for the console's browser tests: a fresh database and Redis db, migrated,
-its static files collected, console users made with ``create_console_user``, an admin access
+"""A running broker for the console's browser tests: a fresh database and Redis db, migrated
+(a copy of the session's template), its static files collected (once per session), console users made with ``create_console_user``, an admin access
 key, and the quick start's processes (web, gRPC, Celery worker and beat: ``Stack``); and what
 the tests do through its API (topology, half messages, ends, receives, acks) with that key."""
 
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import redis
 
-from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage
+from tests.e2e.session import migrated_database, static_files
 
 if TYPE_CHECKING:  # Playwright is imported by the tests that drive a browser
     from playwright.sync_api import Page
@@ -115,12 +116,14 @@ def console_broker(
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + f"_{label}"
-    with nullcontext(database_url) if database_url else pg_database(name) as database_url:
+    given = database_url
+    with nullcontext(given) if given else migrated_database(name) as database_url:
         env = broker_env(
             database_url=database_url, redis_url=redis_url, var_dir=tmp / "var", settings=settings
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
+        if given:  # an empty database; the session's template is on the tests' server
+            manage(env, "migrate", "--noinput", "-v", "0")
+        static_files(tmp / "var")
         for args in users:
             manage(env, "create_console_user", *args)
         token = manage(env, "create_access_key", f"{label}-admin", "--admin").split()[-1]

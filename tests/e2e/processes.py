@@ -9,7 +9,7 @@ a Redis database of the test's own.
   ``Stack.start_broker`` starts the quick start's web, worker, beat and gRPC server and waits
   until web, worker and gRPC server are up (``Stack.grpc_endpoint``: the gRPC server's address).
 - ``pg_database``: a fresh PostgreSQL database on the tests' server (``PG_ADMIN_URL``), dropped
-  afterwards.
+  afterwards (``tests.e2e.session.migrated_database``: one already migrated).
 - ``free_port``: a port of 18000-18049 nothing listens on.
 - ``BinRun``: ``bin/run --no-setup`` started as a user starts it, its process tree watched,
   stopped with Ctrl-C.

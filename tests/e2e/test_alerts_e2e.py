@@ -15,7 +15,8 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.processes import Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import Stack, broker_env, free_port, manage
+from tests.e2e.session import migrated_database
 from tests.support import answer_state, check_server_running, closed_port_url, expected_signature
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +44,7 @@ def test_beat_fires_and_resolves_an_alert_with_one_notification_each_way(tmp_pat
     with redis.Redis.from_url(REDIS_URL) as r:
         r.flushdb()
     with (
-        pg_database(PG_DATABASE) as database_url,
+        migrated_database(PG_DATABASE) as database_url,
         check_server_running(answer=lambda body: (200, {})) as hook,
     ):
         env = broker_env(
@@ -52,7 +53,6 @@ def test_beat_fires_and_resolves_an_alert_with_one_notification_each_way(tmp_pat
             var_dir=tmp_path / "var",
             settings=SETTINGS,
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
         admin = manage(env, "create_access_key", "e2e-admin", "--admin").split()[-1]
         producer = manage(env, "create_access_key", "e2e-p", "--producer-group", "G").split()[-1]
         secret = manage(

@@ -28,8 +28,8 @@ from tests.e2e.processes import (
     console_sign_in,
     free_port,
     manage,
-    pg_database,
 )
+from tests.e2e.session import migrated_database, static_files
 from tests.support import answer_state, check_server_running
 
 pytestmark = pytest.mark.e2e
@@ -91,12 +91,11 @@ def stack_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, h
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_explain"
-    with pg_database(name) as database_url:
+    with migrated_database(name) as database_url:
         env = broker_env(
             database_url=database_url, redis_url=redis_url, var_dir=tmp / "var", settings=SETTINGS
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
+        static_files(tmp / "var")
         manage(env, "create_console_user", "ann", "--role", "viewer", "--password", PASSWORD)
         token = manage(env, "create_access_key", "explain-admin", "--admin").split()[-1]
         stack = Stack(env, tmp)

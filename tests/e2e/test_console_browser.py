@@ -37,8 +37,8 @@ from tests.e2e.processes import (
     console_sign_in,
     free_port,
     manage,
-    pg_database,
 )
+from tests.e2e.session import migrated_database, static_files
 
 pytestmark = pytest.mark.e2e
 expect.set_options(timeout=10_000)  # each state within 10 s: headroom on a loaded CI machine
@@ -104,10 +104,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()  # no Celery task or channel message left by other tests
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_browser"
-    with pg_database(name) as database_url:
+    with migrated_database(name) as database_url:
         env = broker_env(database_url=database_url, redis_url=redis_url, var_dir=tmp / "var")
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
+        static_files(tmp / "var")
         for role in ("operator", "viewer"):
             manage(env, "create_console_user", role, "--role", role, "--password", PASSWORD)
         token = manage(env, "create_access_key", "browser-admin", "--admin").split()[-1]

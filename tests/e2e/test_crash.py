@@ -33,6 +33,7 @@ import pytest
 import redis
 
 from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url
+from tests.e2e.session import migrated_template
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -117,9 +118,11 @@ class Processes:
 
 
 def _recreate_database() -> None:
+    """``DB_NAME``, migrated: a copy of the session's migrated template."""
+    template = migrated_template()
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
+        conn.execute(f"CREATE DATABASE {DB_NAME} TEMPLATE {template}")
 
 
 def _drop_database() -> None:
@@ -158,15 +161,6 @@ def crash_env(tmp_path):
             "HALFMOON_HALF_QUEUE_NUMS": "4",
         },
     )
-    migrate = subprocess.run(
-        [PYTHON, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     processes = Processes(env, log_dir)

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 import redis
 
-from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import ROOT, Stack, broker_env, free_port
+from tests.e2e.session import migrated_database
 
 pytestmark = pytest.mark.e2e
 
@@ -106,14 +107,13 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()
 
-    with pg_database(PG_DATABASE) as database_url:
+    with migrated_database(PG_DATABASE) as database_url:
         env = broker_env(
             database_url=database_url,
             redis_url=redis_url,
             var_dir=tmp_path / "var",
             settings=CHECK_SETTINGS,
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
 
         stack = Stack(env, tmp_path)
         try:

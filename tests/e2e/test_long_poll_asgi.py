@@ -20,7 +20,8 @@ import httpx
 import pytest
 import redis
 
-from tests.e2e.processes import Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import Stack, broker_env, free_port, manage
+from tests.e2e.session import migrated_database
 
 pytestmark = pytest.mark.e2e
 
@@ -43,9 +44,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str,
     tmp = tmp_path_factory.mktemp("long_poll")
     with redis.Redis.from_url(REDIS_URL) as r:
         r.flushdb()
-    with pg_database(PG_DATABASE) as database_url:
+    with migrated_database(PG_DATABASE) as database_url:
         env = broker_env(database_url=database_url, redis_url=REDIS_URL, var_dir=tmp / "var")
-        manage(env, "migrate", "--noinput", "-v", "0")
         token = manage(env, "create_access_key", "e2e-admin", "--admin").strip().splitlines()[-1]
         stack = Stack(env, tmp)
         try:

@@ -20,8 +20,8 @@ What is proved, per api-v1 "Back-check" and docs/design.md "Back-checks":
    becoming due, while the dead groups are capped per round and backed off.
 
 Every setting reaches the processes through the environment. The database is cloned per test
-from a template migrated once (``halfmoon_scan_tpl``); all processes are killed by process group
-in teardown, and assertion messages carry the tails of their logs.
+from the session's migrated template (``tests.e2e.session.E2E_TEMPLATE``); all processes are
+killed by process group in teardown, and assertion messages carry the tails of their logs.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import pytest
 import redis
 
 from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url
+from tests.e2e.session import E2E_TEMPLATE
 from tests.support import CheckServer
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
 PYTHON = sys.executable
 PG_ADMIN = PG_ADMIN_URL
-TEMPLATE_DB = "halfmoon_scan_tpl"
+TEMPLATE_DB = E2E_TEMPLATE
 REDIS_URL = "redis://127.0.0.1:6379/8"
 REFUSED_PORT = 18101  # held by a bound, never-listening socket: connection refused
 TOPIC = "ScanTopic"
@@ -377,24 +378,9 @@ def cluster_env(db: str, var_dir: Path, settings: dict[str, str]) -> dict[str, s
 
 
 @pytest.fixture(scope="module")
-def template_db(tmp_path_factory):
-    """A database migrated once, cloned by every test of this file."""
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
-    var_dir = tmp_path_factory.mktemp("var")
-    migrate = subprocess.run(
-        [PYTHON, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env=cluster_env(TEMPLATE_DB, var_dir, SETTINGS),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
-    yield TEMPLATE_DB
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+def template_db(e2e_template):
+    """The session's migrated database (tests/e2e/conftest.py), cloned by every test here."""
+    return e2e_template
 
 
 @pytest.fixture

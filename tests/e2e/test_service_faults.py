@@ -25,8 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.processes import Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import Stack, broker_env, free_port, manage
 from tests.e2e.services import PrivatePostgres, RedisServer, pg_bin
+from tests.e2e.session import migrated_database
 from tests.support import CheckServer, answer_state
 
 pytestmark = pytest.mark.e2e
@@ -75,13 +76,15 @@ def _seed(client: httpx.Client, check_url: str | None) -> str:
 
 @contextmanager
 def _broker(
-    database_url: str, redis_url: str, tmp_path: Path
+    database_url: str, redis_url: str, tmp_path: Path, *, migrate: bool = True
 ) -> Iterator[tuple[Stack, httpx.Client]]:
-    """The broker's processes on a free port, migrated, and an admin's API client."""
+    """The broker's processes on a free port, on a database migrated here (``migrate``) or
+    already, and an admin's API client."""
     env = broker_env(
         database_url=database_url, redis_url=redis_url, var_dir=tmp_path, settings=SETTINGS
     )
-    manage(env, "migrate", "--noinput")
+    if migrate:
+        manage(env, "migrate", "--noinput")
     token = _admin_token(env)
     stack = Stack(env, tmp_path)
     try:
@@ -99,9 +102,9 @@ def test_redis_away_sends_and_ends_still_work_and_checks_resume(tmp_path: Path) 
     redis_server.start()
     try:
         with (
-            pg_database("halfmoon_faults_redis") as database_url,
+            migrated_database("halfmoon_faults_redis") as database_url,
             CheckServer(answer=answer_state("COMMIT_MESSAGE")) as checks,
-            _broker(database_url, redis_server.url, tmp_path) as (stack, client),
+            _broker(database_url, redis_server.url, tmp_path, migrate=False) as (stack, client),
         ):
             checks.secrets[GROUP] = _seed(client, checks.url)
             redis_server.stop()

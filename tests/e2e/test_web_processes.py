@@ -16,7 +16,8 @@ import psutil
 import pytest
 import redis
 
-from tests.e2e.processes import Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import Stack, broker_env, free_port
+from tests.e2e.session import migrated_database
 
 pytestmark = pytest.mark.e2e
 
@@ -30,9 +31,8 @@ def webs(tmp_path: Path) -> Iterator[tuple[str, Stack]]:
     """Two web processes on one free port, on a migrated database of their own."""
     with redis.Redis.from_url(REDIS_URL) as r:
         r.flushdb()
-    with pg_database(PG_DATABASE) as database_url:
+    with migrated_database(PG_DATABASE) as database_url:
         env = broker_env(database_url=database_url, redis_url=REDIS_URL, var_dir=tmp_path / "var")
-        manage(env, "migrate", "--noinput", "-v", "0")
         stack = Stack(env, tmp_path)
         try:
             yield stack.start_web(free_port(), processes=2), stack
