@@ -38,8 +38,8 @@ import time
 from typing import Any
 
 import redis
+from history_seed import GROUP, history_seed
 from op_ratio import percentile
-from scan_cost import GROUP, seed
 from throughput import (
     CHILDREN,
     LOG_DIR,
@@ -135,7 +135,7 @@ def database_prepare(pg: Pg, dbname: str, pending: int, env: dict[str, str]) -> 
     t0 = time.monotonic()
     run([*manage, "migrate", "--noinput", "-v", "0"], env=env)
     print(f"{dbname}: recreated and migrated in {time.monotonic() - t0:.1f} s", flush=True)
-    seed(pg, dbname, history=0, pending=pending, half_queues=4, check_url=CLOSED_CHECK_URL)
+    history_seed(pg, dbname, history=0, pending=pending, half_queues=4, check_url=CLOSED_CHECK_URL)
     run(
         [*manage, "create_console_user", OPERATOR, "--role", "operator", "--password", PASSWORD],
         env=env,

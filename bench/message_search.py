@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from throughput import database_recreate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_search_bench"
@@ -122,8 +123,7 @@ def prepare_database(url: str, messages: int, reuse: bool) -> None:
             print(f"reusing {name}: {have:,} messages")
             return
     with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        database_recreate(conn, name)
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "halfmoon.settings"}
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],

@@ -41,11 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from history_seed import history_seed, resolved_append, size_label
+from throughput import Pg, database_recreate
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432"
-SIZES = {"10k": 10_000, "1m": 1_000_000}
 PENDING = 1_000
-TOPICS = 4
+CLOSED = "http://127.0.0.1:9/check"  # the seeded group's producer: nothing checks here
 # The collector before the rollup: a GROUP BY over the whole tables on every scrape.
 OLD_STATEMENTS = (
     "SELECT topic, state, COUNT(*) FROM broker_transaction GROUP BY topic, state",
@@ -58,48 +60,6 @@ OLD_STATEMENTS = (
     "SELECT kind, outcome, COUNT(*) FROM broker_transactionevent GROUP BY kind, outcome",
 )
 GAUGE = "SELECT topic, COUNT(*) FROM broker_transaction WHERE state = 'PREPARED' GROUP BY topic"
-
-# Rows numbered i in [first, last]: every (step)th is PREPARED, the rest resolved; the
-# latency (resolved - born) cycles through 0 .. ~14 h, so every bucket fills.
-_TRANSACTIONS = """
-INSERT INTO broker_transaction (transaction_id, producer_group, topic, queue_id, tags, keys,
-    half_queue_id, half_queue_offset, half_commit_log_offset, state, check_times,
-    check_immunity_ms, born_timestamp, next_check_timestamp, last_check_timestamp,
-    undelivered_checks, resolved_timestamp, resolved_by, queue_offset, discard_reason)
-SELECT lpad(to_hex(i), 32, '0'), 'BenchGroup', 'BenchTopic' || (i % {topics}), i % 4, '', '',
-    i % 4, i / 4, i,
-    CASE WHEN i % {step} = 0 THEN 'PREPARED' WHEN i % 10 = 1 THEN 'ROLLED_BACK'
-         ELSE 'COMMITTED' END,
-    0, 6000, {base} + i,
-    CASE WHEN i % {step} = 0 THEN {base} + i + 6000 END, NULL, 0,
-    CASE WHEN i % {step} <> 0 THEN {base} + i + (i::bigint * 7919) % 50000000 END,
-    CASE WHEN i % {step} <> 0 THEN 'producer' END,
-    CASE WHEN i % {step} <> 0 AND i % 10 <> 1 THEN i END, ''
-FROM generate_series({first}, {last}) AS i
-"""
-_RESOLUTIONS = """
-INSERT INTO broker_resolution (transaction_id, half_queue_id, half_queue_offset, action,
-    resolved_by, reason, resolved_timestamp, op_commit_log_offset)
-SELECT transaction_id, half_queue_id, half_queue_offset,
-    CASE state WHEN 'COMMITTED' THEN 'COMMIT' ELSE 'ROLLBACK' END, resolved_by, '',
-    resolved_timestamp, half_commit_log_offset + 1
-FROM broker_transaction
-WHERE state IN ('COMMITTED', 'ROLLED_BACK') AND born_timestamp BETWEEN {base} + {first} AND {base} + {last}
-ORDER BY resolved_timestamp
-"""
-_EVENTS = """
-INSERT INTO broker_transactionevent (transaction_id, kind, timestamp, check_times, outcome,
-    actor, detail)
-SELECT lpad(to_hex(i), 32, '0'), 'check_sent', {base} + i, 1,
-    (ARRAY['UNKNOW', 'COMMIT_MESSAGE', 'ROLLBACK_MESSAGE', 'TIMEOUT'])[1 + i % 4], 'http', '{{}}'
-FROM generate_series({first}, {last}) AS i WHERE i % 2 = 0
-"""
-
-
-def seed_sql(first: int, last: int, step: int, base: int) -> list[str]:
-    """The statements that add transactions numbered ``first`` .. ``last`` (see above)."""
-    values = {"first": first, "last": last, "step": step, "base": base, "topics": TOPICS}
-    return [sql.format(**values) for sql in (_TRANSACTIONS, _RESOLUTIONS, _EVENTS)]
 
 
 def env_for(database_url: str) -> dict[str, str]:
@@ -114,27 +74,20 @@ def env_for(database_url: str) -> dict[str, str]:
 
 
 def prepare(server: str, name: str, resolved: int) -> None:
-    """Recreate, migrate and seed database ``name`` with ``resolved`` resolved transactions
-    and ``PENDING`` PREPARED ones."""
+    """Recreate, migrate and seed database ``name`` (``history_seed``) with ``resolved``
+    resolved transactions and ``PENDING`` PREPARED ones."""
     import psycopg
 
     with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        database_recreate(conn, name)
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
         cwd=ROOT,
         env=env_for(f"{server}/{name}"),
         check=True,
     )
-    total = resolved + PENDING
-    started = time.monotonic()
-    with psycopg.connect(f"{server}/{name}", autocommit=True) as conn:
-        base = int(time.time() * 1000) - total - 86_400_000
-        for sql in seed_sql(1, total, total // PENDING, base):
-            conn.execute(sql)
-        conn.execute("VACUUM ANALYZE")
-    print(f"{name}: seeded {total:,} transactions in {time.monotonic() - started:.1f} s")
+    pg = Pg.parse(f"{server}/{name}")
+    history_seed(pg, name, history=resolved, pending=PENDING, half_queues=4, check_url=CLOSED)
 
 
 def _median_ms(timings: list[float]) -> float:
@@ -165,18 +118,11 @@ def child(scrapes: int, new: int) -> None:
         return elapsed, len(queries)
 
     first, _ = timed_scrape()  # folds the whole history
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT MAX(half_commit_log_offset) FROM broker_transaction")
-        top = cursor.fetchone()[0]
-        cursor.execute("SELECT MAX(born_timestamp) FROM broker_transaction")
-        shift = cursor.fetchone()[0] + 1 - top  # born_timestamp = shift + number, increasing
     idle, busy, query_counts = [], [], []
+    raw = connection.connection  # psycopg's: what the broker resolved since the last scrape
     for _ in range(scrapes):
         idle.append(timed_scrape()[0])
-        with connection.cursor() as cursor:  # what the broker resolved since the last scrape
-            for sql in seed_sql(top + 1, top + new, top + new + 1, shift):  # none PREPARED
-                cursor.execute(sql)
-        top += new
+        resolved_append(raw, new)
         elapsed, count = timed_scrape()
         busy.append(elapsed)
         query_counts.append(count)
@@ -222,19 +168,23 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=500, help="resolutions between scrapes")
     parser.add_argument("--rounds", type=int, default=3, help="runs per size, alternating")
     parser.add_argument("--reuse", action="store_true", help="keep the seeded databases")
+    parser.add_argument("--database", default="bench_metrics", help="base name: <name>_<size>")
+    parser.add_argument("--small", type=int, default=10_000, help="resolved, small history")
+    parser.add_argument("--large", type=int, default=1_000_000, help="resolved, large history")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    sizes = {size_label(args.small): args.small, size_label(args.large): args.large}
     if args.child:
         child(args.scrapes, args.new)
         return 0
     if not args.reuse:
-        for label, resolved in SIZES.items():
-            prepare(args.server, f"bench_metrics_{label}", resolved)
+        for label, resolved in sizes.items():
+            prepare(args.server, f"{args.database}_{label}", resolved)
     # Rounds alternate between the sizes so that both see the same machine.
     results: dict[str, dict[str, Any]] = {}
     for _ in range(args.rounds):
-        for label in SIZES:
-            figures = measure(args.server, f"bench_metrics_{label}", args.scrapes, args.new)
+        for label in sizes:
+            figures = measure(args.server, f"{args.database}_{label}", args.scrapes, args.new)
             pooled = results.setdefault(label, {"gauge_plan": figures.pop("gauge_plan")})
             for key, values in figures.items():
                 pooled.setdefault(key, []).extend(values)
@@ -249,11 +199,12 @@ def main() -> int:
             f"{label}: OLD collector's GROUP BY statements (before the rollup): "
             f"{_median_ms(figures['old_aggregate_s'])} ms per scrape"
         )
-    print("plan of the half-message gauge at 1m:")
-    for line in results["1m"]["gauge_plan"]:
+    small_label, large_label = sizes
+    print(f"plan of the half-message gauge at {large_label}:")
+    for line in results[large_label]["gauge_plan"]:
         print(f"    {line}")
-    small = _median_ms(results["10k"]["scrape_s"])
-    large = _median_ms(results["1m"]["scrape_s"])
+    small = _median_ms(results[small_label]["scrape_s"])
+    large = _median_ms(results[large_label]["scrape_s"])
     print(f"baseline: scrape_ms_10k={small}")
     print(f"scrape_ms_10k={small} scrape_ms_1m={large} ratio={large / small:.2f}")
     return 0

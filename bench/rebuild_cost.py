@@ -33,13 +33,13 @@ def main() -> int:
     )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "halfmoon.settings")
     import psycopg
+    from throughput import database_recreate
 
     parsed = urlparse(url)
     name = parsed.path.lstrip("/")
     admin = parsed._replace(path="/postgres").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        database_recreate(conn, name)
 
     import django
 

@@ -227,11 +227,25 @@ class Pg:
         )
 
     def recreate(self, dbname: str) -> None:
-        """Drop (disconnecting its clients) and create database ``dbname``."""
+        """Drop (disconnecting its clients) and create database ``dbname``: a copy of
+        ``$HALFMOON_BENCH_TEMPLATE`` when that names a migrated database (the smoke tests: the
+        bench's ``migrate`` then has nothing to do), else empty."""
         with self.connect("postgres") as conn:
-            name = sql.Identifier(dbname)
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+            database_recreate(conn, dbname)
+
+
+def database_recreate(admin: psycopg.Connection, dbname: str) -> None:
+    """On the autocommit connection ``admin``, drop ``dbname`` (disconnecting its clients) and
+    create it, from ``$HALFMOON_BENCH_TEMPLATE`` when set (see ``Pg.recreate``)."""
+    name = sql.Identifier(dbname)
+    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+    template = os.environ.get("HALFMOON_BENCH_TEMPLATE")
+    if template:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(name, sql.Identifier(template))
+        )
+    else:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
 
 
 # --- HTTP servers and wrk -----------------------------------------------------------------------
