@@ -362,6 +362,9 @@ def test_a_dead_letter_set_is_frozen_and_newer_dead_letters_are_left_alone(
     first = _dead_letter(flaky, orders, 3, "a")
     entry = dead_letters_preview(consumer_group=flaky, actor=OLGA, via="console")
     assert entry.total == 3 and entry.state == AuditEntry.State.PREVIEWED
+    dlq = Message.objects.filter(topic="%DLQ%Flaky").order_by("commit_log_offset")
+    frozen = list(entry.targets.order_by("id").values_list("transaction_id", "commit_log_offset"))
+    assert frozen == [("", o) for o in dlq.values_list("commit_log_offset", flat=True)]
     later = _dead_letter(flaky, orders, 2, "b")  # after the preview
     assert Message.objects.filter(topic="%DLQ%Flaky").count() == 5
 
@@ -388,6 +391,8 @@ def test_resend_one_dead_letter_delivers_the_original(orders, flaky):
     entry = dead_letter_resend(
         consumer_group=flaky, commit_log_offset=dead.pk, reason="retry", actor=OLGA, via="api"
     )
-    assert entry.targets.get().detail["original_commit_log_offset"] == m.pk
+    target = entry.targets.get()
+    assert (target.commit_log_offset, target.transaction_id) == (dead.pk, "")
+    assert target.detail["original_commit_log_offset"] == m.pk
     [r] = _receive(flaky, orders)
     assert r.message.pk == m.pk and r.delivery_attempt == 1

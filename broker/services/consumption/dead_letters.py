@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from django.db import transaction
-
 from broker.constants import dlq_topic
 from broker.errors import InvalidInput, NotFound
 from broker.models import AuditEntry, AuditTarget, Message, now_ms
@@ -26,8 +24,12 @@ from broker.selectors.consumer_groups import (
     dead_letter_get,
     dead_letter_original,
 )
-from broker.services.consumption.redelivery import consumer_group_checked, messages_redeliver
-from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
+from broker.services.consumption.redelivery import (
+    consumer_group_checked,
+    messages_redeliver,
+    one_resent_audited,
+)
+from broker.services.operations.audit import actor_checked, reason_checked
 from broker.services.operations.frozen_sets import (
     FrozenSetKind,
     frozen_set_apply,
@@ -77,19 +79,17 @@ def dead_letter_resend(
             code="original_message_not_found",
             details={"msg_id": dead.origin_msg_id, "topic": dead.origin_topic},
         )
-    with transaction.atomic():
-        messages_redeliver(group, [original.commit_log_offset], now_ms())
-        entry = audit_entry_record(
-            action=AuditEntry.Action.RESEND_DEAD_LETTER,
-            actor=actor,
-            via=via,
-            reason=reason,
-            state=AuditEntry.State.DONE,
-            result=f"dead letter {original.msg_id} resent to {group}",
-            targets={commit_log_offset: (Result.DONE, _original_detail(original))},
-            scope={"consumer_group": group, "dead_letters": [commit_log_offset]},
-        )
-    return entry
+    return one_resent_audited(
+        group,
+        original,
+        action=AuditEntry.Action.RESEND_DEAD_LETTER,
+        actor=actor,
+        via=via,
+        reason=reason,
+        result=f"dead letter {original.msg_id} resent to {group}",
+        targets={commit_log_offset: (Result.DONE, _original_detail(original))},
+        scope={"consumer_group": group, "dead_letters": [commit_log_offset]},
+    )
 
 
 def _original_detail(original: Message) -> dict[str, Any]:

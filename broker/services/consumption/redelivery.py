@@ -7,6 +7,7 @@ group, and the resend of one message to one group (``message_resend``; rocketmq-
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -116,21 +117,47 @@ def message_resend(
             code="system_topic",
             details={"topic": message.topic},
         )
+    return one_resent_audited(
+        group,
+        message,
+        action=AuditEntry.Action.RESEND_MESSAGE,
+        actor=actor,
+        via=via,
+        reason=reason,
+        result=f"message {message.msg_id} of {message.topic} delivered again to {group}",
+        targets={},
+        scope={
+            "consumer_group": group,
+            "commit_log_offset": message.commit_log_offset,
+            "msg_id": message.msg_id,
+            "topic": message.topic,
+        },
+    )
+
+
+def one_resent_audited(
+    consumer_group: str,
+    message: Message,
+    *,
+    action: str,
+    actor: str,
+    via: str,
+    reason: str,
+    result: str,
+    targets: dict[str | int, tuple[str, dict[str, Any]]],
+    scope: dict[str, Any],
+) -> AuditEntry:
+    """``message`` made visible to ``consumer_group`` now (``messages_redeliver``) and its
+    ``done`` audit entry (``audit_entry_record``), in one database transaction."""
     with transaction.atomic():
-        messages_redeliver(group, [message.commit_log_offset], now_ms())
-        entry = audit_entry_record(
-            action=AuditEntry.Action.RESEND_MESSAGE,
+        messages_redeliver(consumer_group, [message.commit_log_offset], now_ms())
+        return audit_entry_record(
+            action=action,
             actor=actor,
             via=via,
             reason=reason,
             state=AuditEntry.State.DONE,
-            result=f"message {message.msg_id} of {message.topic} delivered again to {group}",
-            targets={},
-            scope={
-                "consumer_group": group,
-                "commit_log_offset": message.commit_log_offset,
-                "msg_id": message.msg_id,
-                "topic": message.topic,
-            },
+            result=result,
+            targets=targets,
+            scope=scope,
         )
-    return entry

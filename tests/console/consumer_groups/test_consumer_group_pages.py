@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from broker.models import AuditEntry, Message
+from broker.models import AuditEntry, Delivery, Message
 from broker.services.commitlog.messages import message_send
+from broker.services.consumption.dead_letters import dead_letters_run
 from broker.services.consumption.receive import messages_ack, messages_receive
 from broker.services.topology.writes import consumer_group_create, topic_create
 from console.services import console_user_create
@@ -133,3 +134,38 @@ def test_the_audit_log_links_the_operations_to_their_group(client, orders):
     assert page.status_code == 200
     assert f"/console/consumer-groups/billing/offset-resets/{skip.pk}/".encode() in page.content
     assert b"/console/transactions/" not in page.content.split(b"<tbody>")[-1]
+
+
+def test_a_dead_letter_set_lists_its_dead_letters_by_their_dlq_offset(
+    client, orders, django_capture_on_commit_callbacks
+):
+    consumer_group_create(name="flaky", max_delivery_attempts=1)
+    while messages_receive(
+        consumer_group="flaky", topic="Orders", max_messages=16, invisible_duration_ms=60_000
+    ):
+        pass
+    Delivery.objects.filter(consumer_group="flaky").update(invisible_until_timestamp=0)
+    # Past their one attempt: each moves to %DLQ%flaky.
+    assert (
+        messages_receive(
+            consumer_group="flaky", topic="Orders", max_messages=16, invisible_duration_ms=60_000
+        )
+        == []
+    )
+    dead = list(Message.objects.filter(topic="%DLQ%flaky").order_by("commit_log_offset"))
+    assert len(dead) == 6
+    signed_in(client, "operator")
+    client.post("/console/consumer-groups/flaky/dead-letter-resends/", {"scope": "all"})
+    entry = AuditEntry.objects.get(action="resend-dead-letters")
+    url = f"/console/consumer-groups/flaky/dead-letter-resends/{entry.pk}/"
+    page = client.get(url).content.decode()
+    cells = [f'<td class="num">{m.commit_log_offset}</td>' for m in dead]
+    assert all(cell in page for cell in cells)
+    assert page.count('<tr class="result-pending">') == 6
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        client.post(f"{url}apply/", {"reason": "consumer fixed"})
+    assert len(queued) == 1
+    dead_letters_run(entry.pk)  # what the worker's task does
+    page = client.get(url).content.decode()
+    assert page.count('<tr class="result-done">') == 6
+    assert all(cell in page for cell in cells)
