@@ -1,7 +1,10 @@
 """Django settings for Halfmoon, read from the environment.
 
-Every broker setting keeps its RocketMQ name and default (halfmoon/broker_settings.py); the
-table in README.md is rendered from the same list and tested against it.
+The settings are in parts, each imported whole here: ``settings_database`` (``DATABASES``),
+``settings_serving`` (web server, Redis, Channels, Celery, gRPC server) and ``settings_alerts``
+(webhooks, console URL, e-mail); the rest is below. Every broker setting keeps its RocketMQ name
+and default (halfmoon/broker_settings.py). docs/settings.md is rendered from all of them
+(``halfmoon.settings_doc``).
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from django.core.exceptions import ImproperlyConfigured
 from broker.pipeline import DRIVER_MEMORY_DEFAULT
 from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
 from halfmoon.broker_settings import BROKER_SETTINGS
-from halfmoon.database_url import database_settings
-from halfmoon.embedded import DATABASE as EMBEDDED_DATABASE
-from halfmoon.embedded import POSTGRES_PORT_DEFAULT as EMBEDDED_POSTGRES_PORT_DEFAULT
 from halfmoon.env import env_bool, env_int, env_str
 from halfmoon.security import DEVELOPMENT_SECRET_KEY
+from halfmoon.settings_alerts import *  # noqa: F403
+from halfmoon.settings_database import *  # noqa: F403
+from halfmoon.settings_serving import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HALFMOON_VAR_DIR", str(BASE_DIR / "var")))
@@ -126,110 +129,12 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -------------------------------------------------------------------------------
-# PostgreSQL only: DATABASE_URL (postgres://user:password@host:5432/name). Unset, it is the
-# quick start's embedded server (halfmoon.embedded), which bin/run starts on 127.0.0.1 at
-# HALFMOON_EMBEDDED_POSTGRES_PORT, database "halfmoon", so manage.py in another terminal reaches
-# the running broker with no environment. Set up per server kind (HALFMOON_SERVER;
-# docs/operations.md "Serving: what was measured"):
-# - "asgi" (the default: uvicorn, Celery, manage.py): Django's psycopg connection pool; under
-#   ASGI each request runs in a fresh thread, so CONN_MAX_AGE would open a connection per request
-#   (and run PostgreSQL out of connections);
-# - "wsgi" (gunicorn sync workers, one request at a time per process): one persistent
-#   connection per process (CONN_MAX_AGE, HALFMOON_DB_CONN_MAX_AGE seconds, checked before
-#   reuse), no pool.
-HALFMOON_SERVER = env_str("HALFMOON_SERVER", "asgi")
-if HALFMOON_SERVER not in ("asgi", "wsgi"):
-    raise ImproperlyConfigured(f"HALFMOON_SERVER={HALFMOON_SERVER!r} is neither asgi nor wsgi")
-HALFMOON_EMBEDDED_POSTGRES_PORT = env_int(
-    "HALFMOON_EMBEDDED_POSTGRES_PORT", EMBEDDED_POSTGRES_PORT_DEFAULT, minimum=1, maximum=65535
-)
-DATABASE_URL = env_str(
-    "DATABASE_URL",
-    f"postgres://postgres@127.0.0.1:{HALFMOON_EMBEDDED_POSTGRES_PORT}/{EMBEDDED_DATABASE}",
-)
-# Several hosts (a high-availability formation: docs/operations.md "High availability") are
-# libpq's: postgres://user@a:5432,b:5432/halfmoon?target_session_attrs=read-write.
-_db = database_settings(DATABASE_URL)
-_db["CONN_MAX_AGE"] = 0
-# A database that is away fails fast instead of hanging a request: libpq's connect_timeout
-# bounds each connection attempt (a host that never answers), the pool's timeout a request's
-# wait for a connection; past either the API answers 503 service_unavailable
-# (broker.api.exceptions). Options given in DATABASE_URL's query string are kept.
-_db.setdefault("OPTIONS", {}).setdefault(
-    "connect_timeout", env_int("HALFMOON_DB_CONNECT_TIMEOUT", 5, minimum=2)
-)
-# A database machine that vanishes without a word (no TCP reset: lost power, a cut link) is
-# noticed within about 25 s even by a connection waiting for a result (TCP keepalives: idle
-# 10 s, then 3 probes 5 s apart), and data it never acknowledges fails a statement after 10 s
-# (tcp_user_timeout, ms), instead of the kernel's 15 minutes: the pool then connects to the
-# promoted standby (docs/operations.md "High availability").
-for _name, _value in (
-    ("keepalives", 1),
-    ("keepalives_idle", 10),
-    ("keepalives_interval", 5),
-    ("keepalives_count", 3),
-    ("tcp_user_timeout", 10_000),
-):
-    _db["OPTIONS"].setdefault(_name, _value)
-# A statement run HALFMOON_DB_PREPARE_THRESHOLD times on a connection is prepared there
-# (psycopg's prepare_threshold). Only the broker's set-based statements bind their parameters
-# server-side, and so get prepared (broker.plumbing.sql.statement_cursor): PostgreSQL plans
-# a send's and an end's CTE (~1.5-2.5 ms of planning apiece) once per connection instead of on
-# every request. The ORM keeps Django's client-side binding. 0 turns preparing off, as a
-# PgBouncer in transaction pooling mode needs (docs/operations.md "Prepared statements").
-_db["OPTIONS"].setdefault(
-    "prepare_threshold", env_int("HALFMOON_DB_PREPARE_THRESHOLD", 5, minimum=0) or None
-)
-if HALFMOON_SERVER == "wsgi":
-    _db["CONN_MAX_AGE"] = env_int("HALFMOON_DB_CONN_MAX_AGE", 600, minimum=0)
-    _db["CONN_HEALTH_CHECKS"] = True
-elif env_bool("HALFMOON_DB_POOL", True):
-    _db["OPTIONS"]["pool"] = {
-        "min_size": env_int("HALFMOON_DB_POOL_MIN", 2, minimum=0),
-        "max_size": env_int("HALFMOON_DB_POOL_MAX", 20, minimum=1),
-        "timeout": env_int("HALFMOON_DB_POOL_TIMEOUT", 5, minimum=1),
-        # A connection the pool failed to replace is retried with backoff (1 s, 2 s, ...) for
-        # this long, then given up: the next request that needs one connects at once. Short,
-        # so that after a failover the pool reaches the promoted primary within a few seconds
-        # instead of sleeping through psycopg_pool's default of 300 s of backoff.
-        "reconnect_timeout": env_int("HALFMOON_DB_POOL_RECONNECT_TIMEOUT", 5, minimum=1),
-    }
-_db.setdefault("TEST", {})["NAME"] = env_str("HALFMOON_TEST_DATABASE", "test_halfmoon")
-DATABASES = {"default": _db}
-# Threads per web process serving the views (every HTTP request; a long poll's wait is in the
-# event loop) through Django's WSGI handler (halfmoon.serving): at most that many requests per
-# process run, and hold a database connection, at once.
-HALFMOON_WEB_THREADS = env_int("HALFMOON_WEB_THREADS", 4, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Access keys, topics and groups are cached per process by broker.lookups itself.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "default"},
 }
-
-# --- Redis, Channels, Celery -----------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
-
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "halfmoon:channels"},
-    }
-}
-
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_RESULT_BACKEND = None
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
-CELERY_TIMEZONE = "UTC"
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Spark work runs on its own queue and worker process (deploy/supervisord.conf: pipeline), so a long
-# reconciliation never delays a back-check, and one process keeps the Spark session.
-CELERY_TASK_ROUTES = {"tasks.pipeline.*": {"queue": "pipeline"}}
 
 # --- Broker settings (RocketMQ names and defaults; see halfmoon/broker_settings.py) -----------
 HALFMOON_SETTINGS: dict[str, int] = {
@@ -260,65 +165,6 @@ try:
     allowed_targets_parse(HALFMOON_CHECK_URL_ALLOWED_NETWORKS)
 except ValueError as _exc:
     raise ImproperlyConfigured(str(_exc)) from _exc
-HALFMOON_HOST = env_str("HALFMOON_HOST", "127.0.0.1")
-HALFMOON_PORT = env_int("HALFMOON_PORT", 8000, minimum=1, maximum=65535)
-
-# --- gRPC server (python -m halfmoon.grpc, broker.grpc; docs/operations.md "gRPC server") -------
-# HALFMOON_GRPC_PORT is a broker setting (halfmoon.broker_settings). The address the gRPC
-# processes listen on; QueryRoute and QueryAssignment answer HALFMOON_GRPC_ENDPOINT, the address
-# clients reach them at ("host:port"; default this host and port, the machine's host name when
-# listening on every address).
-HALFMOON_GRPC_HOST = env_str("HALFMOON_GRPC_HOST", "") or HALFMOON_HOST
-HALFMOON_GRPC_ENDPOINT = env_str("HALFMOON_GRPC_ENDPOINT", "")
-# TLS: both files (PEM) set, or neither (plaintext).
-HALFMOON_GRPC_TLS_CERT_FILE = env_str("HALFMOON_GRPC_TLS_CERT_FILE", "")
-HALFMOON_GRPC_TLS_KEY_FILE = env_str("HALFMOON_GRPC_TLS_KEY_FILE", "")
-if bool(HALFMOON_GRPC_TLS_CERT_FILE) != bool(HALFMOON_GRPC_TLS_KEY_FILE):
-    raise ImproperlyConfigured(
-        "Set both HALFMOON_GRPC_TLS_CERT_FILE and HALFMOON_GRPC_TLS_KEY_FILE (TLS) or neither "
-        "(plaintext)."
-    )
-# Calls without an ``authorization`` header (or with an empty Credential): refused unless true.
-HALFMOON_GRPC_ALLOW_ANONYMOUS = env_bool("HALFMOON_GRPC_ALLOW_ANONYMOUS", False)
-# Threads per gRPC process running the calls' service calls (each holds a database connection
-# while it runs); long polls and telemetry streams wait in the event loop, not in a thread.
-HALFMOON_GRPC_THREADS = env_int("HALFMOON_GRPC_THREADS", 8, minimum=1)
-
-# --- Alerts (broker.services.alerts) ------------------------------------------------------------
-# Where the alerts' webhooks may go: the same syntax and rule as the check URLs (a listed name
-# is accepted unresolved when the receiver is saved; every address it resolves to when a
-# notification is sent must lie in the networks; link-local, multicast and the broker itself
-# are refused whatever this says), a list of its own so that reaching Slack (the internet) does
-# not open the check URLs to it.
-HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS = [
-    entry.strip()
-    for entry in env_str(
-        "HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS", ",".join(DEFAULT_ALLOWED_NETWORKS)
-    ).split(",")
-    if entry.strip()
-]
-try:
-    allowed_targets_parse(
-        HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS,
-        setting="HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS",
-        subject="webhook",
-    )
-except ValueError as _exc:
-    raise ImproperlyConfigured(str(_exc)) from _exc
-# The console's address as people reach it: the links in notifications (generatorURL,
-# externalURL, the e-mails' "Console:" line).
-HALFMOON_CONSOLE_URL = env_str(
-    "HALFMOON_CONSOLE_URL", f"http://{HALFMOON_HOST}:{HALFMOON_PORT}"
-).rstrip("/")
-# E-mail notifications go through Django's mail (SMTP by default).
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
-EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "halfmoon@localhost")
 
 # --- The data pipeline (archive to Parquet, reconciliation on Spark; broker/pipeline) -------
 # Where the logs are archived: a path (relative paths under the project) or a URI Spark's

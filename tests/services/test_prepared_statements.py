@@ -1,5 +1,5 @@
 """PostgreSQL plans the broker's per-send and per-end statements once per connection
-(``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings.py): their parameters are bound
+(``HALFMOON_DB_PREPARE_THRESHOLD``, halfmoon/settings_database.py): their parameters are bound
 server-side (``broker.plumbing.sql.statement_cursor``) and psycopg prepares a statement
 once it has run that many times on a connection. Without it each
 send and each end re-plans its whole CTE (1.5-2.5 ms of PostgreSQL CPU apiece on these
