@@ -1,10 +1,12 @@
 """End to end: ``manage.py demo --reconcile``, the quick start's demo carried through the data
 pipeline. On a fresh PostgreSQL database this starts 2 web servers, a Celery worker, beat and
 the ``pipeline`` worker (Spark on ``local[2]``) with the README's short check and archive
-settings, runs the demo with ``--reconcile`` and checks the run it prints (3 committed, 3
-rolled back, 4 discarded, no anomaly, its console page) and the same run through the API with
-an admin key. Spark starts in the pipeline worker during the demo's first export (20-40 s, more
-on a loaded machine); the timeouts allow minutes.
+settings, runs the demo with ``--reconcile`` in an environment without them (the README's
+second terminal: the demo waits on the settings the broker answers, ``GET
+/api/v1/broker-settings``, not on its own defaults) and checks the run it prints (3 committed,
+3 rolled back, 4 discarded, no anomaly, its console page) and the same run through the API
+with an admin key. Spark starts in the pipeline worker during the demo's first export (20-40
+s, more on a loaded machine); the timeouts allow minutes.
 """
 
 from __future__ import annotations
@@ -65,11 +67,16 @@ def test_the_demo_ends_with_a_clean_reconciliation_of_its_transactions(tmp_path:
                 "manage.py", "demo", "--url", url, "--reconcile",
                 "--reconcile-timeout-s", str(RECONCILE_TIMEOUT_S),
             ]  # fmt: skip
+            # The demo's terminal: the same database and Redis, none of the broker's settings.
+            demo_env = broker_env(
+                database_url=database_url, redis_url=redis_url, var_dir=tmp_path / "var"
+            )
+            assert not set(demo_env) & set(SHORT_SETTINGS)
             try:
                 demo = subprocess.run(
                     [sys.executable, *command],
                     cwd=ROOT,
-                    env=env,
+                    env=demo_env,
                     capture_output=True,
                     text=True,
                     timeout=DEMO_TIMEOUT_S,
@@ -84,7 +91,13 @@ def test_the_demo_ends_with_a_clean_reconciliation_of_its_transactions(tmp_path:
             lines = demo.stdout.splitlines()
 
             assert demo.returncode == 0, output
+            assert (
+                f"The broker at {url} runs with transaction timeout 1 s, check interval 1 s, "
+                "check max 3; archive segments of 5 s, exported every 2 s" in lines
+            ), output
             assert "Discarded after 3 checks: 0, 3, 6, 9" in lines, output
+            waiting = next((line for line in lines if "waiting for the archive" in line), "")
+            assert "plus 7 s to settle" in waiting, output  # the broker's, not 8 min 8 s
             head = next((line for line in lines if line.startswith("Reconciliation run ")), "")
             found = re.match(r"Reconciliation run (\d+) succeeded in ", head)
             assert found, output

@@ -107,6 +107,22 @@ def test_no_broker_at_the_url_fails_before_the_demo_and_leaves_no_key():
     assert not AccessKey.objects.filter(name__startswith="demo-").exists()
 
 
+def test_a_wait_that_sees_progress_waits_on_and_one_that_does_not_gives_up(monkeypatch):
+    monkeypatch.setattr("broker.management.commands.demo.POLL_S", 0.01)
+    polls = iter(range(1000))
+    moving = {"at": 0}
+
+    def archive_reaches() -> bool | None:
+        moving["at"] = next(polls)
+        return True if moving["at"] >= 100 else None  # 100 polls: at least 1 s, over 0.5 s
+
+    found = Command()._wait("x", archive_reaches, 0.5, progress=lambda: moving["at"])
+
+    assert found is True and moving["at"] == 100
+    with pytest.raises(CommandError, match="Gave up after 0.1 s without progress waiting for y"):
+        Command()._wait("y", lambda: None, 0.1, progress=lambda: 0)
+
+
 def summary(run: ReconciliationRun, *, first: int = T0 + 1000, last: int = T0 + 9000) -> str:
     out = io.StringIO()
     command = Command(stdout=out)

@@ -123,7 +123,8 @@ def default_timeout_s(broker: dict[str, int]) -> float:
 def archive_wait_s(broker: dict[str, int]) -> float:
     """How long the archive may take, after the demo, to reach its last half message plus the
     ``broker``'s settle time: that time, then the segment holding it closing (a segment, the
-    archive lag), the next export (an interval), and two minutes for the export itself (s)."""
+    archive lag), the next export (an interval), and two minutes for the export itself (s;
+    counted again from each move of the archive: ``Command._wait``'s ``progress``)."""
     wait_ms = (
         broker["reconciliation_settle_ms"]
         + broker["HALFMOON_ARCHIVE_SEGMENT_MS"]
@@ -231,13 +232,24 @@ class Command(BaseCommand):
                 timeout_s=options["reconcile_timeout_s"],
             )
 
-    def _wait(self, what: str, found: Callable[[], T | None], timeout_s: float) -> T:
+    def _wait(
+        self,
+        what: str,
+        found: Callable[[], T | None],
+        timeout_s: float,
+        progress: Callable[[], object] | None = None,
+    ) -> T:
         """``found()``'s first value that is not None, asked every ``POLL_S``; CommandError
-        naming ``what`` after ``timeout_s``."""
+        naming ``what`` after ``timeout_s``, counted from the last change of ``progress()``
+        when given (a slow archive that still moves, on a loaded machine, is waited on)."""
         deadline = time.monotonic() + timeout_s
+        last = progress() if progress is not None else None
         while (value := found()) is None:
+            if progress is not None and (now := progress()) != last:
+                last, deadline = now, time.monotonic() + timeout_s
             if time.monotonic() > deadline:
-                raise CommandError(f"Gave up after {timeout_s:g} s waiting for {what}.")
+                still = " without progress" if progress is not None else ""
+                raise CommandError(f"Gave up after {timeout_s:g} s{still} waiting for {what}.")
             time.sleep(POLL_S)
         return value
 
@@ -269,6 +281,7 @@ class Command(BaseCommand):
             "running (bin/run starts it), with the web server's HALFMOON_ARCHIVE_* settings?",
             lambda: True if (archived_until_or_none() or 0) >= reach else None,
             archive_wait_s(broker),
+            progress=archived_until_or_none,
         )
         reconciliation_run_queue(trigger=trigger)
         self._say(
