@@ -7,15 +7,15 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 from halfmoon.database_url import database_settings
-from halfmoon.embedded import DATABASE as EMBEDDED_DATABASE
-from halfmoon.embedded import POSTGRES_PORT_DEFAULT as EMBEDDED_POSTGRES_PORT_DEFAULT
+from halfmoon.embedded_postgres import DATABASE as EMBEDDED_DATABASE
+from halfmoon.embedded_postgres import POSTGRES_PORT_DEFAULT as EMBEDDED_POSTGRES_PORT_DEFAULT
 from halfmoon.env import env_bool, env_int, env_str
 
 # --- Database -------------------------------------------------------------------------------
 # PostgreSQL only: DATABASE_URL (postgres://user:password@host:5432/name). Unset, it is the
-# quick start's embedded server (halfmoon.embedded), which bin/run starts on 127.0.0.1 at
-# HALFMOON_EMBEDDED_POSTGRES_PORT, database "halfmoon", so manage.py in another terminal reaches
-# the running broker with no environment. Set up per server kind (HALFMOON_SERVER;
+# quick start's embedded server (halfmoon.embedded_postgres), which bin/run starts on
+# 127.0.0.1 at HALFMOON_EMBEDDED_POSTGRES_PORT, database "halfmoon", so manage.py in another
+# terminal reaches the running broker with no environment. Set up per server kind (HALFMOON_SERVER;
 # docs/operations.md "Serving: what was measured"):
 # - "asgi" (the default: uvicorn, Celery, manage.py): Django's psycopg connection pool; under
 #   ASGI each request runs in a fresh thread, so CONN_MAX_AGE would open a connection per request

@@ -36,7 +36,7 @@ import httpx
 import pytest
 import redis
 
-from halfmoon.embedded import answers
+from halfmoon.embedded_base import answers
 from tests.e2e.processes import ROOT, BinRun, free_port, healthy, main_processes, manage
 from tests.e2e.test_demo import CHECK_SETTINGS, demo_outcome_check, demo_run
 
