@@ -117,7 +117,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 @admin.register(models.AuditTarget)
 class AuditTargetAdmin(ReadOnlyAdmin):
-    list_display = ["entry", "transaction_id", "result"]
+    list_display = ["entry", "transaction_id", "commit_log_offset", "result"]
     list_filter = ["result"]
     search_fields = ["transaction_id"]
 

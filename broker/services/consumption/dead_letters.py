@@ -6,7 +6,7 @@ the DLQ copy's); ``dead_letters_apply`` queues ``tasks.operations.dead_letter_re
 which runs ``dead_letters_run`` with live progress. A dead letter arriving after the preview
 is not in the set; a target done is never resent by the set again.
 
-See docs/console.md, "Consumer-group operations".
+See docs/console.md, "Consumer groups".
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ concurrent receive skips them, ``SKIP LOCKED``):
   after the preview are not in the set;
 - a queue moved FORWARD gets ``max(held, new)`` (``offset_forwarded``): never backward.
 
-See docs/console.md, "Consumer-group operations".
+See docs/console.md, "Consumer groups".
 """
 
 from __future__ import annotations

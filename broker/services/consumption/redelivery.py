@@ -2,7 +2,7 @@
 operation that delivers again goes through (``messages_redeliver``: visible now, attempt 0, a
 new receipt handle, journalled ``redelivery``), the check that an operator may operate a
 group, and the resend of one message to one group (``message_resend``; rocketmq-dashboard's
-"resend"). See docs/console.md, "Consumer-group operations"."""
+"resend"). See docs/console.md, "Consumer groups"."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ frozen_sets``):
 3. ``bulk_run`` (the task): each pending transaction through the single action's service
    (``broker.services.transactions.operator``); the filter is never queried again.
 
-See docs/design.md, "Operator actions" and "Frozen sets".
+See docs/design.md, "Operator actions" (bulk actions, frozen sets).
 """
 
 from __future__ import annotations

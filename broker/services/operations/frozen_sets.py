@@ -11,7 +11,7 @@ action is (a ``TargetAction``); the steps are here:
    run cut short is resumed by running it again. Progress (``TargetProgress``) is published
    as ``bulk.progress`` at most every ``PROGRESS_INTERVAL_MS`` and at the end (``done``).
 
-See docs/design.md, "Frozen sets".
+See docs/design.md, "Operator actions" (frozen sets).
 """
 
 from __future__ import annotations
