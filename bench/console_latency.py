@@ -3,28 +3,16 @@ list takes to render with 100,000 pending transactions.
 
     .venv/bin/python bench/console_latency.py [--changes 200] [--pending 5000]
 
-1. Recreates ``bench_console`` (``DATABASE_URL`` names the server and the database), migrates
-   it and seeds ``--pending`` PREPARED transactions on ``ScanTopic`` / ``ScanGroup`` in bulk
-   (bench/scan_cost.py's SQL seed), makes a console operator and an admin access key.
-2. Serves the broker as production does (2 web processes, ``python -m halfmoon.web``; Redis DB
-   11, flushed first) and
-   signs in with Debian's Chromium (Playwright) on ``/console/transactions/``.
-3. ``--changes`` times: from inside the page, ends one PREPARED transaction shown in the list
-   (commit and rollback in turn) with ``fetch()`` to ``POST /api/v1/transactions/{id}/end``,
-   and measures in the page's own clock (``performance.now()``) when the API answered, when
-   live.js dispatched the websocket event for that transaction (``halfmoon:transaction``: the
-   baseline, the bare push without any DOM work) and when the row changed or left the DOM
-   (a ``MutationObserver``). One clock, no alignment needed.
-4. Recreates ``bench_console_100k`` with ``--list-pending`` PREPARED transactions and times the
-   Django view serving ``/console/transactions/`` in-process (Django's test client, signed in
-   as an operator, no HTTP server): the median of ``--requests`` requests after one warm-up.
-
+Seeds ``bench_console`` (``DATABASE_URL``) with ``--pending`` PREPARED transactions
+(``history_seed``), serves the broker (2 web processes, Redis flushed first), and in Debian's
+Chromium (Playwright) times ``--changes`` ends of a listed transaction until its row changes;
+then seeds ``<name>_100k`` with ``--list-pending`` and times the stuck list's view in process.
 The last two lines::
 
     list_ms_100k=<n>
     p50_ms=<n> p95_ms=<n>
 
-Goals: p95 < 300 ms, list < 200 ms (server time). See bench/README.md.
+Goals: p95 < 300 ms, list < 200 ms (server time). Steps and figures: bench/README.md.
 """
 
 from __future__ import annotations

@@ -3,29 +3,15 @@ history.
 
     .venv/bin/python bench/metrics_cost.py [--scrapes 21] [--new 500] [--rounds 3] [--reuse]
 
-For each history size the bench:
-
-1. drops and recreates the database ``bench_metrics_10k`` / ``bench_metrics_1m`` on
-   ``postgres://postgres@127.0.0.1:5432`` (``--server`` to change), migrates it and seeds it
-   with SQL (``INSERT ... SELECT generate_series``): the rows the services leave behind, that
-   many resolved ``Transaction`` rows on four topics (9 in 10 committed, latencies spread over
-   every bucket) each with its ``Resolution``, one ``check_sent`` event per two transactions,
-   and 1,000 PREPARED transactions interleaved through the history; then ``VACUUM ANALYZE``;
-2. in a Django process of its own (``--rounds`` times, alternating between the sizes so both
-   see the same machine), scrapes ``/metrics`` once untimed (the first scrape folds
-   the whole history into the rollup), then ``--scrapes`` timed scrapes (a call of the view
-   that serves ``/metrics``, ``broker.api.health.metrics``, with its SQL), each after ``--new`` new transactions were resolved (as SQL, untimed: a
-   ``Transaction`` row, its ``Resolution`` and a check event each), so every timed scrape
-   folds what a busy broker resolved since the previous one. It also times the same scrape
-   with nothing new, and the three ``GROUP BY`` statements the collector ran before the
-   rollup, and prints the ``EXPLAIN`` of the half-message gauge.
-
-The last line::
+Per size (``--small``, ``--large``) it recreates ``<--database>_<size>`` on ``--server``,
+migrates and seeds it (``history_seed``, 1,000 PREPARED), then in a Django process per
+database (``--rounds``, alternating) times ``--scrapes`` calls of the view serving
+``/metrics``, each after ``--new`` transactions were resolved (``resolved_append``). The last
+line (medians)::
 
     scrape_ms_10k=<n> scrape_ms_1m=<n> ratio=<1m / 10k>
 
-(medians). The target is ratio <= 1.2: a scrape costs what changed, not the history. See
-bench/README.md.
+Target: ratio <= 1.2, a scrape costs what changed, not the history. See bench/README.md.
 """
 
 from __future__ import annotations

@@ -3,36 +3,16 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/halfmoon_scan_bench \\
         .venv/bin/python bench/scan_cost.py [--passes 5] [--warmup 1] [--explain] [--reuse]
 
-For each history size (100,000 and 1,000,000 resolved transactions by default) the bench:
-
-1. drops and recreates the database ``<name>_100k`` / ``<name>_1m``, migrates it and seeds it
-   in bulk with SQL (``COPY`` of generated ids, then ``INSERT ... SELECT``): the rows a broker
-   leaves behind after that many transactions went through ``transaction_prepare``,
-   ``transaction_end`` / ``transaction_resolve_locked`` and ``op_flush``, with 1,000 PREPARED
-   transactions interleaved through the history and due for a check; then ``VACUUM ANALYZE``
-   and ``CHECKPOINT``;
-2. in a Django process of its own per database (settings read from the environment: batch
-   size and per-group caps high enough that all 1,000 are claimed in one pass), times what
-   the Celery tasks of one beat tick run, ``tasks.checks.check_half_queue(q)`` for every half
-   queue: lease, check rounds (claim, 1,000 signed checks POSTed to a local producer that
-   answers UNKNOW, apply), Op flush, checkpoint advance. One untimed warm-up pass per size,
-   then ``--passes`` timed passes per size, alternating between the two databases so that
-   both see the same machine; before every pass the pending transactions are put back as
-   seeded (due again, same check counts) and the previous passes' check events deleted.
-
-Every process is started here in its own process group and killed on exit (also on Ctrl-C).
-Figures per size: pass times (median), checks sent, queries, SQL time and CPU per pass, where
-the median pass spent its time (by step and by statement). The last line is::
+Per history size (``--small`` 100,000 and ``--large`` 1,000,000 resolved transactions) it
+recreates ``<name>_<size>``, migrates and seeds it (``history_seed``: ``--pending`` PREPARED
+transactions due for a check), then in a Django process per database times what one beat
+tick runs, ``tasks.checks.check_half_queue(q)`` for every half queue, against a local producer
+answering UNKNOW, and a bare httpx loop sending the same signed checks. The last line::
 
     scan_s_100k=<s> scan_s_1m=<s> ratio=<1m / 100k> check_rate_ratio=<scan / bare checks/s>
 
-The target is ratio < 1.5 (and at most 1.2 on a quiet machine): the scan's cost follows the pending
-transactions, not the history. After every timed pass the same worker POSTs the same signed
-checks to the same producer with a bare httpx loop (same number, same
-``HALFMOON_CHECK_CONCURRENCY``, no bookkeeping); ``check_rate_ratio`` is the scan's checks per
-second over the bare loop's (medians; the lower of the two sizes). Goal >= 0.7: a scan is bound
-by the producers' answers, not by its own bookkeeping.
-See bench/README.md.
+Targets: ratio < 1.5 (goal <= 1.2), check_rate_ratio >= 0.7. Steps, goals, figures:
+bench/README.md.
 """
 
 from __future__ import annotations
