@@ -1,12 +1,9 @@
 """What one transaction's logs say its ``Transaction`` row and ``Resolution`` journal must be.
 
 Pure: plain values in (the half message, the Op log's answer, the delivered message, the discard
-copy, the journals), plain values out; no database and no settings (the caller passes the
-setting values). ``tests/rules/test_recovery.py`` tests it with no database.
-
-RocketMQ reads its logs this way (``TransactionalMessageServiceImpl``,
-``EndTransactionProcessor``, ``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``),
-strongest evidence first:
+copy, the journals), plain values out; the caller passes the setting values. RocketMQ reads its
+logs this way (``TransactionalMessageServiceImpl``, ``EndTransactionProcessor``,
+``AbstractTransactionalMessageCheckListener.resolveDiscardMsg``), strongest evidence first:
 
 - a message delivered from the half message to its real topic: COMMITTED (consumers may already
   have it; nothing takes it back);

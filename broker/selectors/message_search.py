@@ -275,12 +275,6 @@ def message_deliveries(message: Message, *, now: int) -> list[GroupDelivery]:
     return out
 
 
-def message_by_offset(commit_log_offset: int) -> Message | None:
-    """The stored message at ``commit_log_offset``, body and properties loaded; None when the
-    database no longer holds it."""
-    return Message.objects.filter(pk=commit_log_offset).first()
-
-
 def message_transaction_id(message: Message) -> str | None:
     """The transaction a message belongs to (its half message, committed copy or dead letter
     shares the transaction's id as its msg id), or None for a normal message."""

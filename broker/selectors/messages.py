@@ -43,6 +43,6 @@ def messages_by_key(
 
 
 def message_at(commit_log_offset: int) -> Message | None:
-    """The stored message at ``commit_log_offset`` (a half message a back-check names), or
-    None when it is gone (expired past ``HALFMOON_FILE_RESERVED_HOURS``)."""
+    """The stored message at ``commit_log_offset`` (body and properties loaded), or None when
+    the database no longer holds it (expired past ``HALFMOON_FILE_RESERVED_HOURS``, pruned)."""
     return Message.objects.filter(pk=commit_log_offset).first()

@@ -24,11 +24,11 @@ from broker.selectors.message_search import (
     MessagePage,
     MessageQuery,
     archive_note,
-    message_by_offset,
     message_deliveries,
     message_search_page,
     message_transaction_id,
 )
+from broker.selectors.messages import message_at
 from console.forms.messages import MessageSearchForm, message_query_of
 from console.permissions import ViewConsoleRequired
 
@@ -72,7 +72,7 @@ class MessageDetailView(ViewConsoleRequired, View):
     messages are (the archive's segments)."""
 
     def get(self, request: HttpRequest, commit_log_offset: int) -> HttpResponse:
-        message = message_by_offset(commit_log_offset)
+        message = message_at(commit_log_offset)
         if message is None:
             context = {"missing": commit_log_offset, "archive": archive_note(MessageQuery())}
             return render(request, "console/messages/detail.html", context, status=404)

@@ -1,22 +1,15 @@
 """Back-check targets under control: the settings and DNS side of
-``broker.rules.check_targets``.
+``broker.rules.check_targets``, applied at two moments:
 
-Two moments apply the rule:
+- a ``check_url`` being set (``check_url_refusal``, for the API, the console, the admin): the
+  scheme, an IP literal's address, or every address a host name not listed by name in
+  ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS`` resolves to now;
+- a check being sent (``pinned_transport``: ``broker.plumbing.pinned_transport``): the name
+  resolved again, every address judged, the connection made to a judged address (against DNS
+  rebinding); a refusal there is an undelivered check.
 
-- when a ``check_url`` is set (``check_url_refusal``, called by
-  ``broker.services.topology.writes.check_url_validate`` for the API, the console, the Django admin):
-  the scheme, an IP literal's address, or, for a host name not listed by name in
-  ``HALFMOON_CHECK_URL_ALLOWED_NETWORKS``, every address it resolves to now;
-- when a check is sent (``broker.plumbing.pinned_transport.PinnedTransport``, the httpx transport of the check round): the
-  name is resolved again, every address judged, and the connection made to a judged address
-  (the URL's host pinned to it, the ``Host`` header and the TLS server name kept), so a name
-  that resolves elsewhere by then (DNS rebinding) reaches nothing it should not. A refusal
-  there raises ``CheckTargetRefused`` (an ``httpx.ConnectError``): the check is undelivered,
-  like a refused connection, with the refusal in the journal's error.
-
-The alerts' webhooks (``broker.services.alerts.webhooks``) are judged by the same two
-moments, ``target_url_refusal`` and ``PinnedTransport``, against their own allow-list
-(``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``, read by ``allowed_targets_setting``).
+The alerts' webhooks are judged the same way against ``HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS``
+(``allowed_targets_setting``). Reasoning: docs/design.md "Back-checks".
 """
 
 from __future__ import annotations
