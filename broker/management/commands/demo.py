@@ -1,38 +1,19 @@
 """``manage.py demo [--url URL] [--messages 10] [--timeout-s S] [--reconcile
-[--reconcile-timeout-s S]]``: the RocketMQ transaction example (TransactionProducer +
-TransactionListenerImpl + a consumer of TranTest) against a running broker (web server, Celery
-worker and beat; with ``--reconcile`` also the ``pipeline`` worker).
+[--archive-timeout-s S] [--reconcile-timeout-s S]]``: the RocketMQ transaction example
+(TransactionProducer + TransactionListenerImpl + a consumer of TranTest) against a running
+broker (web server, Celery worker and beat; with ``--reconcile`` also the ``pipeline`` worker).
 
-The example itself is the client package's ``halfmoon_client.examples.seed_demo``, which runs
-over HTTP only. This command adds what needs the broker's code: it makes itself two access
-keys in the database (an admin key for the topic and groups, an application key for the two
-groups), reads the running broker's settings (``GET /api/v1/broker-settings`` with the admin
-key), computes a deadline from its check settings, runs the example, and deletes the keys
-afterwards. The outcome: 1, 4, 7 committed and consumed, 2, 5, 8 rolled back,
-0, 3, 6, 9 discarded after ``HALFMOON_TRANSACTION_CHECK_MAX`` checks. The default ``--url`` is
-the broker this environment serves: ``http://HALFMOON_HOST:HALFMOON_PORT`` (``bin/run``'s
-address; 0.0.0.0 and :: are reached on loopback).
-
-Start the broker with short check settings to see it end in seconds (only the broker's
-shell needs them: this command waits on the settings the broker answers)::
-
-    HALFMOON_TRANSACTION_TIMEOUT_MS=1000 HALFMOON_TRANSACTION_CHECK_INTERVAL_MS=1000 \\
-    HALFMOON_TRANSACTION_CHECK_MAX=3 ...
-
-``--reconcile`` then shows the data pipeline on the demo's transactions: it waits until the
-archive (exported by the pipeline worker every HALFMOON_ARCHIVE_INTERVAL_MS, in segments of
-HALFMOON_ARCHIVE_SEGMENT_MS, both the broker's) reaches the demo's last half message plus the
-time a transaction takes to settle (the broker's ``reconciliation_settle_ms``), queues a
-reconciliation on the pipeline worker (``tasks.pipeline.reconcile``, trigger ``demo:<run>``,
-as the console's "Run now" does), waits for its run and prints its summary and console page.
-The run is the worker's, not this process's: it judges by the broker's own settings, archive
-and Spark session, and no second Spark driver starts beside it. This process reads the
-database only to wait. With the default archive settings (10-minute segments) that takes over
-ten minutes; the README's demo section gives short ones, for the broker's shell only
-(docs/api.md, "GET /api/v1/broker-settings").
-
-Exit status 0 only if the outcome is the example's, and with ``--reconcile`` only if the run
-succeeded, judged every demo transaction and found no anomaly in them.
+The example is the client's ``halfmoon_client.examples.seed_demo`` (HTTP only). This command
+makes itself an admin and an application key in the database (deleted afterwards), reads the
+running broker's settings with the admin key (``GET /api/v1/broker-settings``: only the
+broker's shell needs the README's short settings), and waits on those: the example's deadline,
+and with ``--reconcile`` the archive reaching the demo's transactions plus the broker's
+``reconciliation_settle_ms``, then a run queued on the pipeline worker (trigger ``demo:<run>``)
+whose summary it prints. Default ``--url``: ``http://HALFMOON_HOST:HALFMOON_PORT`` (wildcard
+addresses on loopback). Exit status 0 only if 1, 4, 7 are committed and consumed, 2, 5, 8
+rolled back, 0, 3, 6, 9 discarded, and with ``--reconcile`` the run succeeded, judged every
+demo transaction and found no anomaly in them. Why and how: docs/reconciliation.md "The
+demo's run", docs/api.md "GET /api/v1/broker-settings".
 """
 
 from __future__ import annotations
@@ -181,6 +162,14 @@ class Command(BaseCommand):
             "succeeded, judged all of them and found no anomaly in them)",
         )
         parser.add_argument(
+            "--archive-timeout-s",
+            type=float,
+            default=None,
+            help="with --reconcile, give up when the archive has not moved for this long; "
+            "default: from the broker's settings (settle time + segment + archive lag + "
+            "archive interval + 120 s)",
+        )
+        parser.add_argument(
             "--reconcile-timeout-s",
             type=float,
             default=RECONCILE_TIMEOUT_S,
@@ -229,6 +218,7 @@ class Command(BaseCommand):
                 broker=broker,
                 producer_group=producer_group,
                 trigger=f"demo:{suffix}",
+                archive_timeout_s=options["archive_timeout_s"] or archive_wait_s(broker),
                 timeout_s=options["reconcile_timeout_s"],
             )
 
@@ -260,6 +250,7 @@ class Command(BaseCommand):
         broker: dict[str, int],
         producer_group: str,
         trigger: str,
+        archive_timeout_s: float,
         timeout_s: float,
     ) -> None:
         """Wait for the archive (by the ``broker``'s settings, ``broker_settings_read``), queue
@@ -280,7 +271,7 @@ class Command(BaseCommand):
             "the archive to reach the demo's settled transactions: is the pipeline worker "
             "running (bin/run starts it), with the web server's HALFMOON_ARCHIVE_* settings?",
             lambda: True if (archived_until_or_none() or 0) >= reach else None,
-            archive_wait_s(broker),
+            archive_timeout_s,
             progress=archived_until_or_none,
         )
         reconciliation_run_queue(trigger=trigger)
