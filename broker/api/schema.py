@@ -12,10 +12,12 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
+from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
 from broker.api.serializers.incident_export import SCOPES
 from broker.constants import RESERVED_PROPERTIES
+from broker.models import AlertReceiver
 from broker.rules.checks import MAX_CHECK_IMMUNITY_SECONDS
 
 NO_NUL_PATTERN = "^[^\\u0000]*$"
@@ -23,6 +25,16 @@ NO_NUL_PATTERN = "^[^\\u0000]*$"
 
 BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 """Standard padded base64, what ``base64.b64decode(..., validate=True)`` accepts."""
+
+_ATOM = "[-!#$%&'*+/=?^_`{}|~0-9A-Za-z]+"
+_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+EMAIL_PATTERN = (
+    f"^[ \\t\\r\\n]*{_ATOM}(?:[.]{_ATOM})*@(?:{_LABEL}[.])+[A-Za-z]{{2,63}}[ \\t\\r\\n]*$"
+)
+"""An e-mail address as the document states it: a dot-atom local part and an ASCII host name
+with a letters-only top-level domain, blanks around it (the service strips them). Every
+address it matches passes Django's ``validate_email``, which also takes rarer forms (a quoted
+local part, an address literal, a non-ASCII domain)."""
 
 ONE_BODY_DESCRIPTION = (
     "Exactly one of `body` (a UTF-8 string) or `body_base64` (any bytes, standard base64); "
@@ -124,6 +136,50 @@ class IncidentExportInSchema(OpenApiSerializerExtension):
         if direction == "request":
             schema["oneOf"] = [{"required": [name]} for name in SCOPES]
         return schema
+
+
+class AlertReceiverInSchema(OpenApiSerializerExtension):
+    """``AlertReceiverInSerializer``: what its ``kind`` requires
+    (``receiver_target_validate``), as a ``oneOf`` by kind: a webhook kind a non-empty ``url``
+    (400 ``url_required``), ``email`` 1 to ``EMAILS_MAX`` addresses (400 ``emails_required``,
+    ``invalid_email``); the other kind's target field is not read. Whether a webhook URL is
+    allowed (HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS, its DNS) no schema can state: 400
+    ``webhook_url_not_allowed``, in the operation's description."""
+
+    target_class = "broker.api.serializers.alert_receivers.AlertReceiverInSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's own schema plus the ``oneOf`` of the two kinds' requirements."""
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        if direction == "request":
+            # const, not enum: drf-spectacular's enum hook would name a component for each.
+            email = {"const": AlertReceiver.Kind.EMAIL.value}
+            schema["oneOf"] = [
+                {
+                    "properties": {"kind": {"not": email}, "url": {"minLength": 1}},
+                    "required": ["url"],
+                },
+                {
+                    "properties": {
+                        "kind": email,
+                        "emails": {"minItems": 1, "items": {"pattern": EMAIL_PATTERN}},
+                    },
+                    "required": ["emails"],
+                },
+            ]
+        return schema
+
+
+class RequiredBodySchema(AutoSchema):
+    """A view's schema whose JSON body is required though no single field is (a ``oneOf`` of
+    required sets, as the incident export's): drf-spectacular marks a body required only
+    when some property is, and a missing body is refused (400) as an empty one."""
+
+    def _get_request_body(self, direction: str = "request") -> dict[str, Any] | None:
+        body = super()._get_request_body(direction)
+        if body is not None:
+            body["required"] = True
+        return body
 
 
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):

@@ -9,9 +9,11 @@ from rest_framework import serializers
 
 from broker.api.serializers.fields import (
     NameField,
+    ReasonField,
     ReasonInputField,
     StrictCharField,
     StrictChoiceField,
+    StrictIntegerField,
     msg_id_validator,
 )
 from broker.models import AuditEntry
@@ -43,10 +45,10 @@ class StuckFilterSerializer(serializers.Serializer):
     )
     producer_group = NameField(required=False)
     topic = NameField(required=False)
-    min_age_ms = serializers.IntegerField(
+    min_age_ms = StrictIntegerField(
         min_value=0, required=False, help_text="Born at least this long ago (ms)"
     )
-    min_check_times = serializers.IntegerField(
+    min_check_times = StrictIntegerField(
         min_value=0, required=False, help_text="At least this many checks delivered"
     )
     discard_reason = StrictChoiceField(choices=DiscardReason.values, required=False)
@@ -58,13 +60,12 @@ class StuckFilterSerializer(serializers.Serializer):
 
 
 class BulkPreviewInSerializer(serializers.Serializer):
-    """A bulk preview: the action, why, and exactly one of ``transaction_ids`` (a selection)
-    and ``filter`` (the stuck list's filter)."""
+    """A bulk preview as the OpenAPI document states it: the action, why (required, not
+    blank), and exactly one of ``transaction_ids`` (a selection) and ``filter`` (the stuck
+    list's filter)."""
 
     action = StrictChoiceField(choices=list(BULK_ACTIONS))
-    reason = ReasonInputField(
-        help_text="Why (required, not blank: 400 reason_required): kept in the audit log."
-    )
+    reason = ReasonField(help_text="Why (required, not blank): kept in the audit log.")
     transaction_ids = serializers.ListField(
         child=StrictCharField(validators=[msg_id_validator]),
         required=False,
@@ -79,6 +80,13 @@ class BulkPreviewInSerializer(serializers.Serializer):
                 "Give exactly one of transaction_ids (a selection) and filter."
             )
         return attrs
+
+
+class BulkPreviewInputSerializer(BulkPreviewInSerializer):
+    """What the preview view validates (``ReasonInputField``: a missing, null or blank reason
+    passes to the service, which answers 400 ``reason_required``)."""
+
+    reason = ReasonInputField(help_text="Why (required, not blank): kept in the audit log.")
 
 
 class BulkActionOutSerializer(serializers.Serializer):

@@ -12,6 +12,7 @@ from broker.api.serializers.fields import (
     NameField,
     StrictCharField,
     StrictChoiceField,
+    StrictIntegerField,
     msg_id_validator,
 )
 from broker.models import AuditEntry
@@ -27,8 +28,8 @@ class MessageFilterSerializer(serializers.Serializer):
     key = StrictCharField(required=False, max_length=1024)
     tag = StrictCharField(required=False, max_length=255)
     msg_id = StrictCharField(required=False, validators=[msg_id_validator])
-    start_ms = serializers.IntegerField(required=False, min_value=0)
-    end_ms = serializers.IntegerField(required=False, min_value=0)
+    start_ms = StrictIntegerField(required=False, min_value=0)
+    end_ms = StrictIntegerField(required=False, min_value=0)
 
 
 class AuditFilterSerializer(serializers.Serializer):
@@ -39,8 +40,8 @@ class AuditFilterSerializer(serializers.Serializer):
     action = StrictChoiceField(choices=AuditEntry.Action.values, required=False)
     via = StrictChoiceField(choices=AuditEntry.Via.values, required=False)
     transaction_id = StrictCharField(required=False, validators=[msg_id_validator])
-    since_ms = serializers.IntegerField(required=False, min_value=0)
-    until_ms = serializers.IntegerField(required=False, min_value=0)
+    since_ms = StrictIntegerField(required=False, min_value=0)
+    until_ms = StrictIntegerField(required=False, min_value=0)
 
 
 class IncidentExportInSerializer(serializers.Serializer):

@@ -54,6 +54,13 @@ class AlertReceiverListCreateView(AdminListCreateView):
         "Create an alert receiver (admin key; addition to api-v1): the answer carries its "
         "signing secret, this once only; 409 alert_receiver_exists"
     )
+    create_description = (
+        "`kind` `alertmanager` or `slack` needs a `url` (400 `url_required`), `email` 1 to 50 "
+        "addresses in `emails` (400 `emails_required`, `invalid_email`); the other kind's "
+        "target field is not read (the schema's `oneOf`). A webhook `url` must be http(s) and "
+        "reach an address HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS allows, a deployment "
+        "setting no schema states: 400 `webhook_url_not_allowed` (`details.rule`) otherwise."
+    )
     rows = staticmethod(alert_receiver_list)
     create = staticmethod(receivers.receiver_create)
 

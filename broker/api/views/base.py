@@ -55,7 +55,8 @@ class AdminListCreateView(APIView):
     the one service ``create(**validated_data)`` and answers 201 with ``created_serializer``
     (``out_serializer`` if None). A subclass names these (``rows`` a selector and ``create`` a
     service, as ``staticmethod``) and the two summaries; its OpenAPI operations are built from
-    them, the create's errors with ``create_errors`` (besides 400, 401, 403 and 503).
+    them, the create's errors with ``create_errors`` (besides 400, 401, 403 and 503), its
+    description ``create_description``.
     """
 
     permission_classes = [IsAdminKey]
@@ -65,6 +66,7 @@ class AdminListCreateView(APIView):
     create_errors: tuple[int, ...] = (409, 413)
     list_summary: str
     create_summary: str
+    create_description: str | None = None
     rows: Callable[[], Any]
     create: Callable[..., Any]
 
@@ -81,6 +83,7 @@ class AdminListCreateView(APIView):
                     **error_responses(*cls.create_errors),
                 },
                 summary=cls.create_summary,
+                description=cls.create_description,
             ),
         )(cls)
 

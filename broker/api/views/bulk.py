@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from broker.api.permissions import IsOperatorKey, operator_actor
 from broker.api.serializers.bulk import (
     BulkActionOutSerializer,
+    BulkPreviewInputSerializer,
     BulkPreviewInSerializer,
     BulkTargetOutSerializer,
 )
@@ -53,7 +54,7 @@ class BulkActionCreateView(APIView):
         ),
     )
     def post(self, request: Request) -> Response:
-        data = validated(BulkPreviewInSerializer, request.data)
+        data = validated(BulkPreviewInputSerializer, request.data)
         common: dict[str, Any] = {
             "action": data["action"],
             "reason": data["reason"],

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from broker.api.permissions import operator_actor, require_transaction_reader
+from broker.api.schema import RequiredBodySchema
 from broker.api.serializers.incident_export import IncidentExportInSerializer
 from broker.api.shapes import validated
 from broker.api.views.base import error_responses
@@ -62,6 +63,7 @@ def _scope(request: Request, data: dict[str, Any]) -> IncidentScope:
 
 class IncidentExportView(APIView):
     renderer_classes = [JSONRenderer, ZipRenderer]
+    schema = RequiredBodySchema()
 
     @extend_schema(
         request=IncidentExportInSerializer,

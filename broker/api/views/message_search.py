@@ -41,7 +41,9 @@ class MessageSearchView(APIView):
             "range `[start, end)` (ms). `next_before` / `previous_after` page on (null at "
             "either end). When the search reaches before what the database keeps (pruned once "
             "archived), `archive` names the archive segments that hold that time. An admin key "
-            "sees every message, a producer key those its producer groups sent."
+            "sees every message, a producer key those its producer groups sent. Two rules "
+            "across parameters, which OpenAPI cannot state: at most one of `before` and "
+            "`after`, and `end` after `start`; 400 `invalid_input` otherwise."
         ),
     )
     def get(self, request: Request) -> Response:
