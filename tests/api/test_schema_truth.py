@@ -292,3 +292,89 @@ def test_the_openapi_document_generates_without_a_warning_and_validates(tmp_path
     call_command(
         "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml")
     )
+
+
+# --- The operations added since the last fuzz run ------------------------------------------------
+
+
+def test_a_bulk_preview_documents_its_reason_as_required(document, owner):
+    """bench/fuzz.py found previews without a reason refused (400 ``reason_required``) while the
+    schema called the reason optional and nullable."""
+    schema = _request_schema(document, "/api/v1/bulk-actions", "post")
+    assert set(schema["required"]) == {"action", "reason"}
+    assert schema["properties"]["reason"]["minLength"] == 1
+    assert "null" not in str(schema["properties"]["reason"].get("type"))
+
+    body = {"action": "commit", "transaction_ids": ["X"]}
+    assert_error(post(owner, "/api/v1/bulk-actions", body), 400, "reason_required")
+
+
+def test_an_alert_receiver_documents_what_its_kind_requires(document, owner):
+    schema = _request_schema(document, "/api/v1/alert-receivers", "post")
+    webhook, email = schema["oneOf"]
+    assert webhook["required"] == ["url"] and webhook["properties"]["url"]["minLength"] == 1
+    assert email["required"] == ["emails"] and email["properties"]["emails"]["minItems"] == 1
+    pattern = email["properties"]["emails"]["items"]["pattern"]
+
+    post_receiver = lambda **body: post(owner, "/api/v1/alert-receivers", body)  # noqa: E731
+    assert_error(post_receiver(name="w", kind="slack"), 400, "url_required")
+    assert_error(post_receiver(name="e", kind="email"), 400, "emails_required")
+    assert not re.search(pattern, "ops@localhost")
+    address = " o'neil+ops@mail-1.example.org "
+    assert re.search(pattern, address)
+    created = post_receiver(name="e", kind="email", emails=[address], url="not read")
+    assert created.status_code == 201, created.content
+    assert created.json()["emails"] == [address.strip()]
+
+
+def test_every_address_the_email_pattern_matches_is_one_the_broker_takes():
+    """The document's pattern is a part of what ``validate_email`` accepts, never more: a
+    schema-valid address is never refused ``invalid_email``."""
+    from django.core.validators import validate_email
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from broker.api.schema import EMAIL_PATTERN
+
+    @given(st.from_regex(EMAIL_PATTERN, fullmatch=True).filter(lambda a: len(a.strip()) <= 254))
+    @settings(max_examples=300, deadline=None, database=None)
+    def check(address: str) -> None:
+        validate_email(address.strip())
+
+    check()
+
+
+def test_the_incident_export_documents_its_body_as_required(document, owner):
+    """No field is required alone (exactly one of four), so drf-spectacular left the body
+    optional; a missing body is refused as an empty one."""
+    operation = document["paths"]["/api/v1/incident-exports"]["post"]
+    assert operation["requestBody"]["required"] is True
+
+    assert_error(owner.post("/api/v1/incident-exports"), 400, "invalid_input")
+
+
+@pytest.mark.parametrize(
+    "query", ["before=1.1&after=1.1", "start=5&end=5", "start=6&end=5"], ids=str
+)
+def test_the_message_search_states_its_rules_across_parameters(document, owner, query):
+    description = document["paths"]["/api/v1/message-search"]["get"]["description"]
+    assert "at most one of `before` and `after`" in description
+    assert "`end` after `start`" in description
+
+    assert_error(owner.get(f"/api/v1/message-search?{query}"), 400, "invalid_input")
+
+
+def test_only_documented_refusals_no_schema_states_are_admitted():
+    """``positive_data_acceptance_documented`` lets a schema-valid request's 400 pass only for
+    the operation that documents it."""
+    from tests.schema_bounds import refusal_documented
+
+    bulk = ("POST", "/api/v1/bulk-actions")
+    search = ("GET", "/api/v1/message-search")
+    assert refusal_documented(*bulk, {}, {}, 400, "bulk_empty")
+    assert not refusal_documented(*bulk, {}, {}, 400, "reason_required")
+    assert not refusal_documented(*bulk, {}, {}, 409, "bulk_empty")
+    assert not refusal_documented("POST", "/api/v1/incident-exports", {}, {}, 400, "bulk_empty")
+    assert refusal_documented(*search, {"before": "1.1", "after": "1.1"}, None, 400, "x")
+    assert refusal_documented(*search, {"start": 5, "end": 5}, None, 400, "invalid_input")
+    assert not refusal_documented(*search, {"start": 5, "end": 6}, None, 400, "invalid_input")
