@@ -36,12 +36,8 @@ from broker.rules.checks import (
     check_immunity_valid,
 )
 from broker.services.commitlog.messages import producer_topic_get, queue_select
-from broker.services.commitlog.storage import (
-    message_new,
-    message_put,
-    messages_append_cte,
-    new_msg_id,
-)
+from broker.services.commitlog.statements import messages_append_cte
+from broker.services.commitlog.storage import message_new, message_put, new_msg_id
 from broker.services.commitlog.validation import message_validate
 from broker.services.transactions.events import transactions_announce
 

@@ -45,11 +45,8 @@ from broker.rules.states import (
     resolution_of_action,
     state_of_action,
 )
-from broker.services.commitlog.storage import (
-    message_copy,
-    message_deliver_cte,
-    message_visible_on_commit,
-)
+from broker.services.commitlog.statements import message_deliver_cte
+from broker.services.commitlog.storage import message_copy, message_visible_on_commit
 from broker.services.transactions.events import (
     transaction_announce,
     transaction_event_record,
