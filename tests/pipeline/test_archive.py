@@ -25,13 +25,9 @@ from broker.pipeline import archive_io
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, ddl, segment_path
 from broker.rules.op_body import op_body_parse
-from broker.services.archive.export import (
-    archive_export,
-    archive_export_due,
-    closed_until,
-    segment_start,
-)
+from broker.services.archive.export import archive_export, archive_export_due
 from broker.services.archive.rows import READERS, TIME_MODELS
+from broker.services.archive.segments import closed_until, segment_start
 from tests.pipeline.archive_support import MINUTE_MS, broker_round, broker_setup, logs_age
 
 SEGMENT_MS = 600_000

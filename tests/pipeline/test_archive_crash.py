@@ -15,7 +15,8 @@ from django.db import connection
 
 from broker.models import ArchiveSegment, ArchiveWatermark, ScanLease, now_ms
 from broker.pipeline.schema import ARCHIVE_TABLES, segment_path
-from broker.services.archive.export import LEASE_NAME, archive_export, closed_until
+from broker.services.archive.export import LEASE_NAME, archive_export
+from broker.services.archive.segments import closed_until
 from tests.e2e.processes import ROOT, broker_env
 from tests.pipeline.archive_support import (
     MINUTE_MS,

@@ -29,7 +29,8 @@ from broker.models import (
 )
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES
-from broker.services.archive.export import archive_export, closed_until, segment_start
+from broker.services.archive.export import archive_export
+from broker.services.archive.segments import closed_until, segment_start
 from broker.services.commitlog.messages import message_send
 from tests.pipeline.archive_support import (
     MINUTE_MS,

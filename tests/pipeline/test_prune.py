@@ -25,8 +25,9 @@ from broker.models import (
 from broker.pipeline.archive_io import table_read
 from broker.rules.op_body import op_body_parse
 from broker.services.archive import prune as prune_module
-from broker.services.archive.export import archive_export_due, closed_until
+from broker.services.archive.export import archive_export_due
 from broker.services.archive.prune import archive_prune
+from broker.services.archive.segments import closed_until
 from broker.services.checks import checkpoint_advance, half_queue_scan
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.receive import messages_receive

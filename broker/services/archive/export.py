@@ -1,28 +1,15 @@
-"""The archive export: every closed time segment of the logs, from the archive watermark on,
-written to Parquet under HALFMOON_ARCHIVE_URI (layout: ``broker.pipeline.schema``), then the
-watermark advanced, then the prune (``broker.services.archive.prune``).
+"""The archive export: every closed time segment of the logs (``segments``), from the archive
+watermark on, written to Parquet under HALFMOON_ARCHIVE_URI (layout: ``broker.pipeline.schema``),
+then the watermark advanced, then the prune (``broker.services.archive.prune``).
 
 Order of one segment ``[s, e)``: each table's rows are read (``rows.segment_tables``) and
 written with ``archive_io.segment_write`` (under ``_tmp``, then renamed into place with its
-``_SUCCESS``, replacing an earlier copy); only when every table is in place does one database
-transaction write the ``ArchiveSegment`` row and move ``ArchiveWatermark("logs")`` to ``e``.
-A crash at any point leaves the watermark at ``s``: the next run cleans ``_tmp`` and writes the
-whole segment again, replacing what the crashed run had renamed into place, so the archive
-ends up the same as after an uninterrupted export (same rows, nothing twice, nothing missing).
-That needs the rows of ``[s, e)`` not to change once the segment is closed: they are written
-with the clock's time, so after ``HALFMOON_ARCHIVE_LAG_MS`` (longer than any write
-transaction) nothing lands there any more, and the prune deletes only below the watermark.
-
-Between the renames and that transaction, the segment's manifest is written into the archive
-(``archive_io.manifest_write``: rows per table, the largest commit log offset, queue offsets and
-journal ids it holds). A database restored to an earlier point in time has its watermark behind
-the archive: the export then adopts the manifests at and after its watermark (``_adopt``)
-instead of writing those segments again from its fewer rows, which would lose archived rows. It
-records their ``ArchiveSegment`` rows, moves the watermark past them, and moves the commit log
-offset sequence, the journals' id sequences and each ``ConsumeQueue.max_offset`` past what they
-hold, so a new message never takes an offset the archive already has. A crash after the
-manifest but before the watermark moved is adopted the same way; a segment without a manifest
-(a crash before it) is written again, as above.
+``_SUCCESS``, replacing an earlier copy), then its manifest; only when every table is in place
+does one database transaction write the ``ArchiveSegment`` row and move
+``ArchiveWatermark("logs")`` to ``e``. A crash at any point leaves the watermark at ``s``: the
+next run writes the whole segment again (or adopts it, ``adoption``, when its manifest was
+written). Why the archive then ends up the same as after an uninterrupted export:
+docs/design.md, "Archive export".
 """
 
 from __future__ import annotations
@@ -34,23 +21,19 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Min
+from django.db import transaction
 
 from broker.conf import conf
-from broker.models import ArchiveSegment, ConsumeQueue, DeliveryEvent, Message, TransactionEvent
+from broker.models import ArchiveSegment
 from broker.models import now_ms as clock_ms
 from broker.pipeline import archive_io
-from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, ddl, segment_path
+from broker.pipeline.schema import ARCHIVE_TABLES, ddl, segment_path
 from broker.pipeline.spark import HadoopFiles, job_group, spark_session
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
-from broker.rules.archive_manifest import (
-    OffsetFloors,
-    SegmentManifest,
-    manifests_adoptable,
-    offset_floors,
-)
-from broker.services.archive.rows import TIME_MODELS, segment_tables
+from broker.rules.archive_manifest import SegmentManifest
+from broker.services.archive.adoption import ID_SEQUENCES, segments_adopt
+from broker.services.archive.rows import segment_tables
+from broker.services.archive.segments import closed_until, first_row_at, segment_start
 from broker.services.archive.watermark import archived_until_advance, archived_until_ms
 
 logger = logging.getLogger("halfmoon.archive")
@@ -60,16 +43,12 @@ LEASE_TTL_MS = 300_000
 """The export's ``ScanLease``: renewed every 100 s while it runs; a dead exporter's lease
 expires within 5 minutes, then the next export takes over (and cleans its ``_tmp``)."""
 
-ID_SEQUENCES = {"transaction_events": TransactionEvent, "delivery_events": DeliveryEvent}
-"""The archive tables whose rows carry their model's ``id``: a manifest records the largest,
-and an adopting database moves the id's sequence past it (the archive sorts them by id)."""
-
 
 @dataclass
 class ArchiveExport:
     """What one export did: ``segments`` written, ``rows`` written per archive table (summed
     over those segments), ``adopted``: segments the archive already held past the watermark
-    (a restored database's, see ``_adopt``), recorded without being written, the watermark
+    (a restored database's, see ``adoption``), recorded without being written, the watermark
     after it (``archived_until_ms``), the rows the prune deleted per model (``pruned``), and
     ``skipped`` when another export held the lease."""
 
@@ -79,34 +58,6 @@ class ArchiveExport:
     archived_until_ms: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
-
-
-def segment_start(timestamp_ms: int, segment_ms: int) -> int:
-    """The start of the segment holding ``timestamp_ms``: segments are aligned to the epoch
-    (``HALFMOON_ARCHIVE_SEGMENT_MS`` divides an hour, so they are aligned to hours too)."""
-    return timestamp_ms // segment_ms * segment_ms
-
-
-def closed_until(*, now_ms: int, segment_ms: int, lag_ms: int, until_ms: int | None = None) -> int:
-    """The end of the last closed segment: a segment ``[s, e)`` is closed when
-    ``e + lag_ms <= now_ms``; with ``until_ms`` also ``e <= until_ms``. Every segment ending at
-    or before the returned time (ms) may be archived."""
-    limit = segment_start(now_ms - lag_ms, segment_ms)
-    if until_ms is not None:
-        limit = min(limit, segment_start(until_ms, segment_ms))
-    return limit
-
-
-def first_row_at(from_ms: int) -> int | None:
-    """The earliest time (ms) at or after ``from_ms`` of any row of any archived log, or None:
-    one index read per log (its time column's index), so empty stretches are skipped."""
-    found = []
-    for table, model in TIME_MODELS.items():
-        column = TIME_COLUMNS[table]
-        at = model.objects.filter(**{f"{column}__gte": from_ms}).aggregate(m=Min(column))["m"]
-        if at is not None:
-            found.append(at)
-    return min(found, default=None)
 
 
 def archive_export(
@@ -167,7 +118,7 @@ def _export(*, now: int, until_ms: int | None, keeper: LeaseKeeper) -> ArchiveEx
         master=settings.HALFMOON_SPARK_MASTER, driver_memory=settings.HALFMOON_SPARK_DRIVER_MEMORY
     )
     archive_io.tmp_clean(spark, uri)
-    adopted = _adopt(spark, uri=uri, from_ms=mark, until_ms=limit)
+    adopted = segments_adopt(spark, uri=uri, from_ms=mark, until_ms=limit)
     if adopted:
         result.adopted = len(adopted)
         result.archived_until_ms = adopted[-1].end_ms
@@ -279,127 +230,3 @@ def _segment_commit(
         )
         archived_until_advance(end_ms)
     logger.info("archived segment %d-%d in %d ms: %s", start_ms, end_ms, duration_ms, rows)
-
-
-def _adopt(spark, *, uri: str, from_ms: int, until_ms: int) -> list[SegmentManifest]:
-    """Adopt the segments the archive holds from the watermark ``from_ms`` on (ms; ending at
-    or before ``until_ms``) that this database has not recorded: a database restored to an
-    earlier point in time, or an export that crashed after a segment's manifest was written
-    but before its watermark moved (``manifests_adoptable`` picks them, in order).
-
-    A segment is adopted only while this database holds no more rows than the archive in it
-    and none in the stretches the archive skipped before it (its rows are then a part of what
-    the archive holds, as a restored database's are); at the first that fails the adoption
-    stops and the export writes from there as usual. In one database transaction: an
-    ``ArchiveSegment`` per adopted segment, the watermark moved to the last one's end, and the
-    offsets moved past the archive's (``_offsets_past``).
-
-    Returns:
-        the manifests adopted, in time order ([] when none).
-    """
-    candidates = manifests_adoptable(
-        archive_io.manifests_read(spark, uri=uri, from_ms=from_ms),
-        from_ms=from_ms,
-        until_ms=until_ms,
-    )
-    adopted: list[SegmentManifest] = []
-    at = from_ms
-    for manifest in candidates:
-        first = first_row_at(at)
-        if first is not None and first < manifest.start_ms:
-            logger.warning(
-                "archive segment %d not adopted: the database has rows at %d, before it, "
-                "that the archive skipped; writing from there",
-                manifest.start_ms,
-                first,
-            )
-            break
-        beyond = _rows_beyond(manifest)
-        if beyond:
-            logger.warning(
-                "archive segment %d not adopted: the database holds more %s rows than the "
-                "archive's; writing it again",
-                manifest.start_ms,
-                beyond,
-            )
-            break
-        adopted.append(manifest)
-        at = manifest.end_ms
-    if not adopted:
-        return []
-    floors = offset_floors(adopted)
-    with transaction.atomic():
-        for manifest in adopted:
-            ArchiveSegment.objects.update_or_create(
-                start_timestamp=manifest.start_ms,
-                defaults={
-                    "end_timestamp": manifest.end_ms,
-                    "uri": uri,
-                    "rows": manifest.rows,
-                    "archived_timestamp": manifest.archived_ms,
-                    "duration_ms": manifest.duration_ms,
-                },
-            )
-        archived_until_advance(adopted[-1].end_ms)
-        _offsets_past(floors)
-    logger.warning(
-        "adopted %d archived segment(s) %d-%d the database had not recorded (restored to an "
-        "earlier point?): watermark moved to %d, commit log offsets past %s, %d queue(s) past "
-        "their archived offsets",
-        len(adopted),
-        adopted[0].start_ms,
-        adopted[-1].end_ms,
-        adopted[-1].end_ms,
-        floors.commit_log_offset,
-        len(floors.queue_offsets),
-    )
-    return adopted
-
-
-def _rows_beyond(manifest: SegmentManifest) -> str | None:
-    """The first archive table of which the database holds more rows in the manifest's range
-    than the manifest records, or None (one index range count per table)."""
-    for table, model in TIME_MODELS.items():
-        column = TIME_COLUMNS[table]
-        held = model.objects.filter(
-            **{f"{column}__gte": manifest.start_ms, f"{column}__lt": manifest.end_ms}
-        ).count()
-        if held > manifest.rows.get(table, 0):
-            return table
-    return None
-
-
-def _offsets_past(floors: OffsetFloors) -> None:
-    """Move the commit log offset sequence, the journals' id sequences and each queue's
-    ``ConsumeQueue.max_offset`` (the next append's offset) past ``floors``, never back; a queue
-    the database lacks (its topic made after the restore point) is made at that offset, so a
-    topic made again appends after the archive's messages."""
-    if floors.commit_log_offset is not None:
-        _sequence_past(Message, "commit_log_offset", floors.commit_log_offset)
-    for table, top in floors.ids.items():
-        _sequence_past(ID_SEQUENCES[table], "id", top)
-    if not floors.queue_offsets:
-        return
-    ConsumeQueue.objects.bulk_create(
-        [
-            ConsumeQueue(topic=topic, queue_id=queue_id, max_offset=top + 1)
-            for (topic, queue_id), top in floors.queue_offsets.items()
-        ],
-        ignore_conflicts=True,
-    )
-    for (topic, queue_id), top in floors.queue_offsets.items():
-        ConsumeQueue.objects.filter(topic=topic, queue_id=queue_id, max_offset__lte=top).update(
-            max_offset=top + 1
-        )
-
-
-def _sequence_past(model, column: str, top: int) -> None:
-    """Make the next value of ``model.column``'s sequence greater than ``top``: ``setval`` when
-    its next value is not (one value is drawn either way)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_get_serial_sequence(%s, %s)", [model._meta.db_table, column])
-        (sequence,) = cursor.fetchone()
-        cursor.execute(
-            "SELECT CASE WHEN nextval(%s::regclass) <= %s THEN setval(%s::regclass, %s) END",
-            [sequence, top, sequence, top],
-        )
