@@ -42,7 +42,7 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
         ["grpc_tx_per_s", "http_tx_per_s", "ratio", "server_cpu_ms_per_tx"],
     ),
     "message_search": (
-        ["--messages", "5000", "--searches", "5"],
+        ["--messages", "5000", "--searches", "20"],
         ["key_p95_ms", "range_p95_ms", "id_p95_ms"],
     ),
     "metrics_cost": (
@@ -54,10 +54,9 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
         ["resolutions", "op_messages", "op_per_resolution"],
     ),
     "rebuild_cost": (["--transactions", "900"], ["transactions", "rebuild_dry_s", "rebuild_s"]),
-    "reconcile": (
-        ["--sizes", "10000,20000"],
-        ["rows_10k_s", "rows_20k_s", "scaling", "baseline_10k_s", "baseline_20k_s"]
-        + ["ratio_10k", "ratio_20k"],
+    "reconcile": (  # 10,000: the size of its untimed warm-up, so one archive and one job more
+        ["--sizes", "10000"],
+        ["rows_10k_s", "scaling", "baseline_10k_s", "ratio_10k"],
     ),
     "scan_cost": (
         ["--small", "1000", "--large", "2000", "--pending", "40", "--passes", "1"]
@@ -137,6 +136,8 @@ def test_bench_smoke(bench: str, template: str, tmp_path: Path) -> None:
         "REDIS_URL": REDIS_URL,
         "HALFMOON_BENCH_TEMPLATE": template,
     }
+    if bench == "grpc_throughput":  # its --database is made on the server of DATABASE_URL
+        env["DATABASE_URL"] = url_for("postgres")
     env.pop("DJANGO_SETTINGS_MODULE", None)  # the benchmarks choose their own settings
     try:
         done = subprocess.run(
