@@ -378,3 +378,8 @@ def test_only_documented_refusals_no_schema_states_are_admitted():
     assert refusal_documented(*search, {"before": "1.1", "after": "1.1"}, None, 400, "x")
     assert refusal_documented(*search, {"start": 5, "end": 5}, None, 400, "invalid_input")
     assert not refusal_documented(*search, {"start": 5, "end": 6}, None, 400, "invalid_input")
+    group = ("POST", "/api/v1/producer-groups")
+    check_url, name = frozenset({"check_url"}), frozenset({"check_url", "name"})
+    assert refusal_documented(*group, {}, {}, 400, "invalid_input", check_url)
+    assert not refusal_documented(*group, {}, {}, 400, "invalid_input", name)
+    assert not refusal_documented(*bulk, {}, {}, 400, "invalid_input", check_url)
