@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from broker.conf import conf
 from broker.rules.check_explanation import source_of
-from broker.services.reconciliation.window import reconciliation_settle_ms
+from broker.selectors.reconciliation import reconciliation_settle_ms
 from halfmoon.broker_settings import BROKER_SETTINGS
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.rules.anomalies import settle_ms
-from broker.services.reconciliation.window import reconciliation_params
+from broker.selectors.reconciliation import reconciliation_params
 from halfmoon.broker_settings import BROKER_SETTINGS
 from tests.api_helpers import assert_error
 

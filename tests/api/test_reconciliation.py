@@ -8,8 +8,8 @@ import pytest
 
 from broker.models import Message, ReconciliationRun
 from broker.rules.anomalies import settle_ms
+from broker.selectors.reconciliation import reconciliation_params
 from broker.services.reconciliation.run import reconciliation_run_scheduled
-from broker.services.reconciliation.window import reconciliation_params
 from tests.api_helpers import assert_error
 from tests.services.reconciliation_runs import HOUR, T0, anomaly, archived, stored_run
 from tests.support import prepare

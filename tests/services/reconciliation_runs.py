@@ -25,8 +25,8 @@ import broker.pipeline.reconcile as reconcile_module
 import broker.pipeline.spark as spark_module
 from broker.models import ArchiveSegment, ArchiveWatermark, ReconciliationRun
 from broker.pipeline.result import AnalyticsRow, Anomaly, ReconcileResult
+from broker.selectors.reconciliation import reconciliation_params
 from broker.services.reconciliation.run import reconciliation_result_store
-from broker.services.reconciliation.window import reconciliation_params
 
 HOUR = 3_600_000
 T0 = 1_800_000_000_000 - 1_800_000_000_000 % HOUR  # an hour's start (ms)

@@ -31,6 +31,7 @@ from broker.pipeline.result import ReconcileResult
 from broker.plumbing.leases import lease_acquire
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
+from broker.selectors.reconciliation import reconciliation_params
 from broker.services.reconciliation import run as service
 from broker.services.reconciliation.run import (
     RECONCILE_LEASE,
@@ -41,7 +42,7 @@ from broker.services.reconciliation.run import (
     reconciliation_run_queue,
     reconciliation_run_scheduled,
 )
-from broker.services.reconciliation.window import reconciliation_params, reconciliation_window
+from broker.services.reconciliation.window import reconciliation_window
 from tasks.celery import app as celery_app
 from tests.services.reconciliation_runs import (  # the fixture fake_job, too
     HOUR,

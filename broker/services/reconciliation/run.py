@@ -30,8 +30,8 @@ from broker.pipeline.schema import run_output_path
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.anomalies import ReconcileParams
 from broker.rules.audit import iso_utc
-from broker.selectors.reconciliation import half_message_first_stored
-from broker.services.reconciliation.window import reconciliation_settle_ms, reconciliation_window
+from broker.selectors.reconciliation import half_message_first_stored, reconciliation_settle_ms
+from broker.services.reconciliation.window import reconciliation_window
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     from broker.pipeline.progress import ProgressEvent

@@ -7,41 +7,17 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from broker.conf import conf
 from broker.errors import InvalidInput
 from broker.models import (
     ArchiveSegment,
     ReconciliationRun,
 )
-from broker.rules.anomalies import ReconcileParams, settle_ms
+from broker.rules.anomalies import ReconcileParams
+from broker.selectors.reconciliation import reconciliation_params, reconciliation_settle_ms
 from broker.services.archive.watermark import archived_until_or_none
 
 if TYPE_CHECKING:  # Spark is imported only by the process that runs the job
     pass
-
-
-def reconciliation_params(*, since_ms: int, until_ms: int, as_of_ms: int) -> ReconcileParams:
-    """The job's parameters for this window, with the broker's settings now
-    (``broker.conf``): check max, check interval, transaction timeout, file reserved time,
-    visibility SLA and scan interval (all ms but the check max)."""
-    return ReconcileParams(
-        since_ms=since_ms,
-        until_ms=until_ms,
-        as_of_ms=as_of_ms,
-        transaction_check_max=conf.transaction_check_max,
-        transaction_check_interval_ms=conf.transaction_check_interval_ms,
-        transaction_timeout_ms=conf.transaction_timeout_ms,
-        file_reserved_ms=conf.file_reserved_ms,
-        visibility_sla_ms=conf.visibility_sla_ms,
-        check_scan_interval_ms=conf.check_scan_interval_ms,
-    )
-
-
-def reconciliation_settle_ms() -> int:
-    """How long after its half message a transaction is settled, with the broker's settings now
-    (ms; ``broker.rules.anomalies.settle_ms``): the window's ``until`` trails the archive by
-    this, and a skipped run says when its oldest transaction settles by it."""
-    return settle_ms(reconciliation_params(since_ms=0, until_ms=0, as_of_ms=0))
 
 
 def _archived_until() -> int:

@@ -15,8 +15,8 @@ import tasks.pipeline
 from broker.models import Message, ReconciliationRun
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
+from broker.selectors.reconciliation import reconciliation_params
 from broker.services.reconciliation import run as service
-from broker.services.reconciliation.window import reconciliation_params
 from broker.services.topology.writes import producer_group_create
 from console.views import reconciliation as views
 from tests.services.reconciliation_runs import HOUR, T0, analytics_row, anomaly, stored_run
