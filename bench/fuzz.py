@@ -5,9 +5,9 @@
 Without ``--url`` it starts a broker as bench/throughput.py does (database ``halfmoon_fuzz``
 recreated, ``DATABASE_URL`` to change; Redis database 12 unless ``REDIS_URL``; 2 web
 processes, production settings) and stops it at the end. It seeds a topic, groups and a half
-message, narrows every ``wait_ms`` (``tests.schema_bounds``), and sends cases of every
-operation, half schema-valid and half not, until ``--requests`` requests were sent (``--requests
-20``: a smoke run). ``positive_data_acceptance`` admits only the documented refusals no schema
+message, reads the document through ``tests.schema_bounds.generator_document`` and sends cases
+of every operation, half schema-valid and half not, until ``--requests`` requests were sent
+(``--requests 20``: a smoke run). ``positive_data_acceptance`` admits only the documented refusals no schema
 can state (``tests.schema_bounds.refusal_documented``), as tests/api/test_schemathesis.py.
 Each distinct failure is printed once (with the error code answered); the last line is::
 
@@ -43,8 +43,8 @@ from throughput import (  # noqa: E402
 )
 
 from tests.schema_bounds import (  # noqa: E402
+    generator_document,
     positive_data_acceptance_documented,
-    wait_ms_bounded,
 )
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/halfmoon_fuzz"
@@ -133,7 +133,7 @@ def fuzz(url: str, token: str, budget: int, seed_value: int | None) -> Tally:
         f"{url}/api/schema/", headers={"Accept": "application/vnd.oai.openapi+json"}, timeout=30
     ).json()
     config = SchemathesisConfig.from_dict({"auth": {"openapi": {"accessKey": {"bearer": token}}}})
-    schema = schemathesis.openapi.from_dict(wait_ms_bounded(document), config=config)
+    schema = schemathesis.openapi.from_dict(generator_document(document), config=config)
     tally = Tally()
 
     @schema.hook

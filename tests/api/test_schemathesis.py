@@ -44,7 +44,7 @@ from broker.services.topology.writes import (
     topic_create,
 )
 from broker.services.transactions.half import transaction_prepare
-from tests.schema_bounds import positive_data_acceptance_documented, wait_ms_bounded
+from tests.schema_bounds import generator_document, positive_data_acceptance_documented
 
 MAX_EXAMPLES = 10
 TOPIC, PRODUCER_GROUP, CONSUMER_GROUP, TRANSACTION_ID = "TranTest", "G", "C", "FUZZ-TX-1"
@@ -65,7 +65,7 @@ def bounded_document() -> dict[str, Any]:
     bounded by ``WAIT_MS_MAX``, so no generated long poll waits 30 s."""
     document = json.loads(json.dumps(SchemaGenerator().get_schema(request=None, public=True)))
 
-    return wait_ms_bounded(document)
+    return generator_document(document)
 
 
 @pytest.fixture
