@@ -24,7 +24,7 @@ import psycopg
 import psycopg.sql
 from throughput import Pg
 
-# What the seed mirrors (broker.constants and the defaults of halfmoon/broker_settings.py).
+# What the seed mirrors (broker.constants and the defaults of broker/rules/broker_settings.py).
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"

@@ -25,14 +25,8 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
 )
-from broker.models import (
-    ConsumeQueue,
-    Message,
-    Resolution,
-    Transaction,
-    TransactionEvent,
-    now_ms,
-)
+from broker.models import ConsumeQueue, Message, Resolution, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.services.commitlog.storage import system_topic_ensure
 from broker.services.transactions.half import half_queue_select
 

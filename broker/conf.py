@@ -3,7 +3,7 @@
 
 Each attribute is read at call time, so tests can change a value with pytest-django's
 ``settings`` fixture (``tests/conftest.py: broker_settings``) or ``override_settings``. The
-list of settings, their bounds and meanings is ``halfmoon.broker_settings.BROKER_SETTINGS``; a
+list of settings, their bounds and meanings is ``broker.rules.broker_settings.BROKER_SETTINGS``; a
 test keeps the attributes here equal to it, so a misspelt setting is an ``AttributeError`` at
 import or lint time, never a ``KeyError`` in a running scan.
 """
@@ -36,7 +36,7 @@ class _BrokerSetting:
 class BrokerConf:
     """Every broker setting, by its name without ``HALFMOON_`` in lower case (ints; the unit is
     in the name: ``_ms`` milliseconds, ``_hours``, ``_size`` bytes). Meanings, RocketMQ names
-    and defaults: ``halfmoon.broker_settings.BROKER_SETTINGS`` and the README's table."""
+    and defaults: ``broker.rules.broker_settings.BROKER_SETTINGS`` and docs/settings.md."""
 
     transaction_timeout_ms = _BrokerSetting()
     transaction_check_max = _BrokerSetting()

@@ -17,12 +17,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from broker.conf import conf
 from broker.constants import FINISH_LATENCY_BUCKETS_S
-from broker.models import now_ms
 from broker.plumbing.database_status import (
     DATABASE_UNAVAILABLE_ERRORS,
     DATABASE_UNAVAILABLE_RESPONSES,
     DATABASE_UP,
 )
+from broker.rules.clock import now_ms
 from broker.selectors.metrics import (
     EventCounts,
     event_counts,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import Banner, banner
 from console.roles import VIEW
 

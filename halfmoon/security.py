@@ -4,7 +4,7 @@
 links; the development default is in this public repository, so anyone could forge them. The web
 server (``halfmoon.asgi``, ``halfmoon.wsgi``), the Celery worker and Celery beat
 (``tasks.celery``) call ``serving_secret_key_require`` at start; management commands that need
-no secret (migrate, create_access_key, demo, settings_table) do not, so they keep working.
+no secret (migrate, check, create_access_key, demo) do not, so they keep working.
 NetBox refuses to start the same way.
 """
 

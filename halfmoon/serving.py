@@ -38,9 +38,9 @@ from broker.plumbing.polling import (
     WAKEUP_HUB_ENVIRON_KEY,
     poll_continue,
 )
+from broker.plumbing.request_id import REQUEST_ID_HEADER
 from broker.plumbing.wakeup_listeners import WakeupHub, wakeup_hub
 from halfmoon.body_limit import declared_content_length
-from halfmoon.request_id import REQUEST_ID_HEADER
 
 logger = logging.getLogger(__name__)
 

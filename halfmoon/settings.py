@@ -3,7 +3,7 @@
 The settings are in parts, each imported whole here: ``settings_database`` (``DATABASES``),
 ``settings_serving`` (web server, Redis, Channels, Celery, gRPC server) and ``settings_alerts``
 (webhooks, console URL, e-mail); the rest is below. Every broker setting keeps its RocketMQ name
-and default (halfmoon/broker_settings.py). docs/settings.md is rendered from all of them
+and default (broker/rules/broker_settings.py). docs/settings.md is rendered from all of them
 (``halfmoon.settings_doc``).
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from broker.pipeline import DRIVER_MEMORY_DEFAULT
+from broker.rules.broker_settings import BROKER_SETTINGS
 from broker.rules.check_targets import DEFAULT_ALLOWED_NETWORKS, allowed_targets_parse
-from halfmoon.broker_settings import BROKER_SETTINGS
 from halfmoon.env import env_bool, env_int, env_str
 from halfmoon.security import DEVELOPMENT_SECRET_KEY
 from halfmoon.settings_alerts import *  # noqa: F403
@@ -136,7 +136,7 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "default"},
 }
 
-# --- Broker settings (RocketMQ names and defaults; see halfmoon/broker_settings.py) -----------
+# --- Broker settings (RocketMQ names and defaults; see broker/rules/broker_settings.py) -----------
 HALFMOON_SETTINGS: dict[str, int] = {
     spec.name: env_int(spec.name, spec.default, minimum=spec.minimum, maximum=spec.maximum)
     for spec in BROKER_SETTINGS
@@ -233,11 +233,11 @@ USE_TZ = True
 
 # Everything goes to stderr. django.request logs each 5xx answer (an unexpected error with its
 # traceback) naming the request id that the error body's details.request_id carries
-# (halfmoon.request_id); the API error handler's own lines are on the halfmoon logger.
+# (broker.plumbing.request_id); the API error handler's own lines are on the halfmoon logger.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "halfmoon.request_id.RequestIdFilter"}},
+    "filters": {"request_id": {"()": "broker.plumbing.request_id.RequestIdFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "request": {

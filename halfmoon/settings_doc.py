@@ -143,71 +143,8 @@ ENTRIES: dict[str, Entry] = {
     ),
 }
 
-PROSE = """\
-## Notes
-
-**Secrets from files.** Any variable here may instead come from a file: when `NAME` is unset,
-`NAME_FILE` names a file holding its value (Docker and Kubernetes secrets), e.g.
-`DJANGO_SECRET_KEY_FILE`, `DATABASE_URL_FILE`, `REDIS_URL_FILE`, `CELERY_BROKER_URL_FILE`.
-`NAME` wins when both are set. An unreadable or empty file, a value that does not parse or lies
-outside its bounds, stops the process at start (`halfmoon/env.py`).
-
-**Database.** `DATABASE_URL` is PostgreSQL only (`postgres://user:password@host:5432/name`);
-any other scheme stops the process at start. It is read by libpq's own URI parser: several
-hosts for a high-availability formation
-(`postgres://user@db1:5432,db2:5432/halfmoon?target_session_attrs=read-write`,
-[operations.md](operations.md) "High availability") and any libpq parameter in the query
-string. Unset, `bin/run` starts the embedded PostgreSQL on `HALFMOON_EMBEDDED_POSTGRES_PORT`.
-Under ASGI (`HALFMOON_SERVER=asgi`: uvicorn, Celery, `manage.py`) every request runs in a fresh
-thread, so the settings use Django's psycopg pool, not `CONN_MAX_AGE` (which would open a
-connection per request); under `wsgi` (gunicorn sync workers) a process keeps one persistent
-connection, checked before reuse. After a failover the pool reaches the promoted primary within
-`HALFMOON_DB_POOL_RECONNECT_TIMEOUT` instead of psycopg_pool's default 300 s of backoff. TCP
-keepalives (idle 10 s, 3 probes 5 s apart) and `tcp_user_timeout` (10 s) notice a database
-machine that vanished without a reset. With `HALFMOON_DB_PREPARE_THRESHOLD` the broker's
-set-based statements (a send's, an end's, a batch's) bind their parameters server-side and are
-planned once per connection ([operations.md](operations.md) "Prepared statements"); 0 turns
-preparing off, as PgBouncer in transaction pooling mode needs.
-
-**Serving.** `bin/run`'s `deploy/supervisord.conf` and the systemd units also read
-`WEB_CONCURRENCY` (web server processes sharing `HALFMOON_HOST:HALFMOON_PORT`, default 2) and
-`CELERY_CONCURRENCY` (the Celery worker's pool, default 2). At most `HALFMOON_WEB_THREADS`
-requests per web process run, and hold a database connection, at once; a long poll's wait is in
-the event loop, not a thread (`halfmoon.serving`). uvicorn takes the client address from
-`X-Forwarded-For` only from the proxies of `FORWARDED_ALLOW_IPS` (default `127.0.0.1,::1`).
-
-**gRPC server.** Set both TLS files (PEM) and the server speaks TLS only; one without the other
-stops the process at start. `HALFMOON_GRPC_ENDPOINT` is the address every RocketMQ client must
-reach (a load balancer's, behind one). `HALFMOON_GRPC_ALLOW_ANONYMOUS` is for a closed network
-only; off, unsigned calls answer UNAUTHORIZED. See [rocketmq-clients.md](rocketmq-clients.md).
-
-**Security.** With `DJANGO_DEBUG` off the web server, the worker and beat refuse to start on the
-development key: set `DJANGO_SECRET_KEY` (or `DJANGO_SECRET_KEY_FILE`; `bin/run` makes one in
-`var/secret_key`). A `check_url` must be http or https and its host in
-`HALFMOON_CHECK_URL_ALLOWED_NETWORKS` (a host name not listed by name is resolved when the URL
-is set), else 400 `check_url_not_allowed`; when a check is sent the host is resolved again,
-every address must lie in the networks, and the check connects to the checked address (Host
-header and TLS name kept), else it is UNDELIVERED with the reason in the timeline. Link-local,
-multicast and unspecified addresses, and the broker's own `HALFMOON_HOST:HALFMOON_PORT`, are
-refused whatever the list says. Other ports on a listed network stay reachable (loopback is
-listed by default, where producers run beside the broker): in production list only the
-producers' hosts or networks. `HALFMOON_LOGIN_LOCKOUT_BY` is `user_and_address`, `user`,
-`address` or `user_or_address` ([console.md](console.md) "Sign-in throttling").
-
-**Alerts.** `HALFMOON_ALERT_WEBHOOK_ALLOWED_NETWORKS` follows the check URLs' rule (judged when
-a receiver is saved and, after DNS resolution, when each notification is sent) with a list of
-its own, so that reaching Slack (e.g. `0.0.0.0/0,::/0`) leaves the check URLs' list as it is.
-
-**Data pipeline.** A bare `HALFMOON_ARCHIVE_URI` path is made absolute (a cluster's executors do
-not share the driver's directory). `HALFMOON_SPARK_MASTER`: `local[*]`, `local[2]`,
-`local-cluster[2,1,1024]`, `spark://host:7077`, `yarn`, `k8s://...`. On `local[*]` the driver's
-memory is also the executor's ([reconciliation.md](reconciliation.md) "What it costs").
-
-**Broker settings.** They keep RocketMQ's names and defaults; each is also a typed attribute
-of `broker.conf.conf` (`conf.transaction_check_max`). `HALFMOON_ARCHIVE_SEGMENT_MS` must divide
-an hour (the archive is partitioned by date and hour). Settings read in whole seconds by beat
-(`_ms` intervals marked "whole seconds") are rounded down, at least 1 s.
-"""
+NOTES = Path(__file__).with_name("settings_notes.md")
+"""The notes below the tables (Markdown), longer than a table row can say."""
 
 
 def _module_file(module: str) -> Path | None:
@@ -359,7 +296,7 @@ def render() -> str:
     Raises:
         ValueError: an ``env_*`` setting without an entry in ``ENTRIES``, or the reverse.
     """
-    from halfmoon.broker_settings import BROKER_SETTINGS
+    from broker.rules.broker_settings import BROKER_SETTINGS
 
     found = env_definitions()
     missing = sorted(set(found) - set(ENTRIES))
@@ -394,7 +331,7 @@ def render() -> str:
             f"| `{s.name}` | {s.rocketmq} | {s.default} | {s.unit} | "
             f"{_bounds(s.minimum, s.maximum)} | {s.meaning} |"
         )
-    out += ["", PROSE.rstrip(), ""]
+    out += ["", NOTES.read_text().rstrip(), ""]
     return "\n".join(out)
 
 

@@ -41,7 +41,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_ROUTES = {"tasks.pipeline.*": {"queue": "pipeline"}}
 
 # --- gRPC server (python -m halfmoon.grpc, broker.grpc; docs/operations.md "gRPC server") -------
-# HALFMOON_GRPC_PORT is a broker setting (halfmoon.broker_settings). The address the gRPC
+# HALFMOON_GRPC_PORT is a broker setting (broker.rules.broker_settings). The address the gRPC
 # processes listen on; QueryRoute and QueryAssignment answer HALFMOON_GRPC_ENDPOINT, the address
 # clients reach them at ("host:port"; default this host and port, the machine's host name when
 # listening on every address).

@@ -8,7 +8,7 @@ Errors that are the server's side (api-v1 "Conventions"):
   ``Retry-After``, whether raised in a DRF view or anywhere else in the request (``handler500``);
 - anything else unexpected: 500 ``internal_error``.
 
-Both carry ``details.request_id`` and the ``X-Request-ID`` header (``halfmoon.request_id``),
+Both carry ``details.request_id`` and the ``X-Request-ID`` header (``broker.plumbing.request_id``),
 the id the log line of the error names: Django's ``django.request`` record (with the traceback)
 and, for a 503, this module's ``halfmoon.api`` warning.
 """
@@ -31,7 +31,7 @@ from broker.plumbing.database_status import (
     DATABASE_UNAVAILABLE_ERRORS,
     DATABASE_UNAVAILABLE_RESPONSES,
 )
-from halfmoon.request_id import REQUEST_ID_HEADER, request_id
+from broker.plumbing.request_id import REQUEST_ID_HEADER, request_id
 
 logger = logging.getLogger("halfmoon.api")
 
@@ -163,7 +163,7 @@ def server_error_view(request: HttpRequest) -> JsonResponse:
     unreachable database answers the 503 of ``database_unavailable``, anything else 500
     ``internal_error``. Both carry ``details.request_id`` and ``X-Request-ID``; Django then
     logs the error with its traceback on ``django.request``, the record naming the same id
-    (``halfmoon.request_id.RequestIdFilter`` in ``LOGGING``).
+    (``broker.plumbing.request_id.RequestIdFilter`` in ``LOGGING``).
     """
     exc = sys.exc_info()[1]
     if isinstance(exc, DATABASE_UNAVAILABLE_ERRORS):
@@ -175,7 +175,7 @@ def server_error_view(request: HttpRequest) -> JsonResponse:
 
 def internal_error_body(rid: str) -> dict[str, Any]:
     """The contract's body of an unexpected error (500 ``internal_error``), naming the request
-    id ``rid`` its logged traceback carries (``halfmoon.request_id``)."""
+    id ``rid`` its logged traceback carries (``broker.plumbing.request_id``)."""
     return error_body(
         "internal_error",
         "The broker failed to handle this request; it has been logged with its request id.",

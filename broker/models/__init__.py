@@ -20,7 +20,7 @@ from broker.models.access import AccessKey, OperatorGrant  # noqa: F401
 from broker.models.alerts import Alert, AlertNotification, AlertReceiver, AlertRule, AlertSilence  # noqa: F401
 from broker.models.archive import ARCHIVE_WATERMARK, ArchiveSegment, ArchiveWatermark  # noqa: F401
 from broker.models.audit import AuditEntry, AuditTarget  # noqa: F401
-from broker.models.base import model_from_row, model_new, now_ms  # noqa: F401
+from broker.models.base import model_from_row, model_new  # noqa: F401
 from broker.models.commitlog import MULTI_KEYS, ConsumeQueue, Message, Topic, keys_array  # noqa: F401
 from broker.models.consumption import ClientConnection, ConsumerOffset, Delivery, DeliveryEvent  # noqa: F401
 from broker.models.groups import ConsumerGroup, ProducerGroup  # noqa: F401
@@ -31,6 +31,9 @@ from broker.models.reconciliation import (  # noqa: F401
     ReconciliationRun,
 )
 from broker.models.transactions import CheckRequest, Resolution, Transaction, TransactionEvent  # noqa: F401
+
+# The migrations name the clock ``broker.models.now_ms`` as their fields' default.
+from broker.rules.clock import now_ms  # noqa: F401, E402
 
 __all__ = [
     "ARCHIVE_WATERMARK",

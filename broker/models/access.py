@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from broker.models.base import now_ms
+from broker.rules.clock import now_ms
 from broker.rules.grants import CONSUMER_GROUP, PRODUCER_GROUP
 
 

@@ -6,8 +6,8 @@ from django.db import models
 from django.db.models import Q
 
 from broker.models.audit import AuditEntry
-from broker.models.base import now_ms
 from broker.rules.alerts import AlertKind, AlertSeverity, NotificationEvent
+from broker.rules.clock import now_ms
 
 # --- Alerts (broker.services.alerts; the rules in broker.rules.alerts) ---------------------------
 

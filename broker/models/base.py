@@ -1,19 +1,12 @@
-"""Helpers every model module uses: the broker's clock and building instances from raw rows."""
+"""Building model instances from raw rows as the ORM builds the rows it reads."""
 
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.db import connection, models
-
-
-def now_ms() -> int:
-    """Milliseconds since the Unix epoch, as RocketMQ's ``*_timestamp`` fields."""
-    return time.time_ns() // 1_000_000
-
 
 M = TypeVar("M", bound=models.Model)
 

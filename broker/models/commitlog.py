@@ -7,7 +7,7 @@ from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import Q
 
-from broker.models.base import now_ms
+from broker.rules.clock import now_ms
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from broker.models.base import now_ms
 from broker.models.commitlog import Message
+from broker.rules.clock import now_ms
 
 
 class ClientConnection(models.Model):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from broker.models.base import now_ms
+from broker.rules.clock import now_ms
 
 
 class ProducerGroup(models.Model):

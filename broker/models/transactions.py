@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from broker.models.base import now_ms
+from broker.rules.clock import now_ms
 from broker.rules.states import ResolutionAction, ResolvedBy, TransactionState
 
 

@@ -14,7 +14,8 @@ import time
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Q
 
-from broker.models import ScanLease, now_ms
+from broker.models import ScanLease
+from broker.rules.clock import now_ms
 
 logger = logging.getLogger(__name__)
 

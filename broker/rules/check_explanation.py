@@ -24,7 +24,7 @@ from broker.rules.checks import (
 from broker.rules.states import DiscardReason
 
 SOURCE_DEFAULT = "default"
-"""The value is the setting's default (``halfmoon.broker_settings.BROKER_SETTINGS``)."""
+"""The value is the setting's default (``broker.rules.broker_settings.BROKER_SETTINGS``)."""
 SOURCE_SETTING = "setting"
 """The value was set in the broker's settings (its ``HALFMOON_...`` environment variable)."""
 SOURCE_PROPERTY = "message property"

@@ -1,5 +1,5 @@
 """The broker settings in effect in this process (``GET /api/v1/broker-settings``): every
-setting of ``halfmoon.broker_settings.BROKER_SETTINGS`` with its value as ``broker.conf`` reads
+setting of ``broker.rules.broker_settings.BROKER_SETTINGS`` with its value as ``broker.conf`` reads
 it now, its unit, default, bounds and source, and the values derived from them that an operator
 or a client waits on (the reconciliation's settle time, the beat periods). Broker settings are
 integers: no secret (``SECRET_KEY``, database and Redis URLs, SMTP password) is among them."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.conf import conf
+from broker.rules.broker_settings import BROKER_SETTINGS
 from broker.rules.check_explanation import source_of
 from broker.selectors.reconciliation import reconciliation_settle_ms
-from halfmoon.broker_settings import BROKER_SETTINGS
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from django.db.models import Q
 
 from broker.conf import conf
 from broker.constants import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
-from broker.models import Message, ProducerGroup, Transaction, now_ms
+from broker.models import Message, ProducerGroup, Transaction
+from broker.rules.broker_settings import BROKER_SETTINGS
 from broker.rules.check_explanation import (
     CheckExplanation,
     CheckSettings,
@@ -24,10 +25,10 @@ from broker.rules.check_explanation import (
     source_of,
 )
 from broker.rules.checks import check_immunity_valid
+from broker.rules.clock import now_ms
 from broker.rules.recovery import immunity_seconds as parse_immunity_seconds
 from broker.rules.states import TransactionState
 from broker.selectors.queries import first_or_not_found
-from halfmoon.broker_settings import BROKER_SETTINGS
 
 _DEFAULTS = {spec.name: spec.default for spec in BROKER_SETTINGS}
 
@@ -57,7 +58,7 @@ class GroupCheckExplanation:
 
 def _sourced(attr: str) -> SourcedValue:
     """``conf.<attr>`` with its source: "default" when it equals the default of
-    ``halfmoon.broker_settings.BROKER_SETTINGS``, else "setting" (set in the environment)."""
+    ``broker.rules.broker_settings.BROKER_SETTINGS``, else "setting" (set in the environment)."""
     value = getattr(conf, attr)
     return SourcedValue(value, source_of(value, _DEFAULTS[f"HALFMOON_{attr.upper()}"]))
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
 from broker.conf import conf
-from broker.models import ClientConnection, ConsumerGroup, ProducerGroup, now_ms
+from broker.models import ClientConnection, ConsumerGroup, ProducerGroup
+from broker.rules.clock import now_ms
 from broker.selectors.queries import first_or_not_found
 
 RECENTLY_GONE_MS = 3_600_000

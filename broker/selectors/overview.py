@@ -21,7 +21,8 @@ from django.db.models import (
 from django.db.models.functions import RowNumber
 
 from broker.conf import conf
-from broker.models import Transaction, TransactionEvent, now_ms
+from broker.models import Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.rules.states import RESOLVED_STATES, TransactionState
 from broker.selectors.reachability import UnreachableGroup, unreachable_groups
 

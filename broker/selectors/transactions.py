@@ -17,12 +17,8 @@ from typing import Any
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from broker.conf import conf
-from broker.models import (
-    ProducerGroup,
-    Transaction,
-    TransactionEvent,
-    now_ms,
-)
+from broker.models import ProducerGroup, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.rules.states import TransactionState
 from broker.rules.stuck import stuck_reason
 from broker.selectors.grants import producer_group_in_own_or_operated

@@ -8,8 +8,8 @@ from typing import Any
 
 from django import template
 
-from broker.models import now_ms
 from broker.rules.audit import iso_utc
+from broker.rules.clock import now_ms
 from broker.rules.durations import duration_text, relative_text
 
 register = template.Library()

@@ -22,8 +22,8 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import HalfmoonError, InvalidInput, NotFound
-from broker.models import now_ms
 from broker.rules.alerts import KINDS, AlertKind
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import (
     active_silences,
     alert_configuration_counts,

@@ -18,7 +18,7 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import InvalidInput
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.selectors.incident import IncidentScope
 from broker.services.operations.incident_export import (
     incident_export_file,

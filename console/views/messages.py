@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import URLPattern, path
 from django.views import View
 
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.rules.messages import (
     DELIVERY_STATE_TEXT,
     MESSAGE_KIND_TEXT,

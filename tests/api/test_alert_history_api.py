@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.models import Alert, AlertNotification, AlertRule, now_ms
+from broker.models import Alert, AlertNotification, AlertRule
+from broker.rules.clock import now_ms
 from broker.services.alerts.rules import alert_rule_create
 from broker.services.alerts.silences import alert_silence
 from tests.api_helpers import assert_error, post

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from broker.models import Alert, AlertRule, AlertSilence, AuditEntry, now_ms
+from broker.models import Alert, AlertRule, AlertSilence, AuditEntry
+from broker.rules.clock import now_ms
 from broker.services.alerts.rules import alert_rule_create
 from tests.api_helpers import assert_error, post
 from tests.console.conftest import signed_in

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from broker.rules.anomalies import settle_ms
+from broker.rules.broker_settings import BROKER_SETTINGS
 from broker.selectors.reconciliation import reconciliation_params
-from halfmoon.broker_settings import BROKER_SETTINGS
 from tests.api_helpers import assert_error
 
 pytestmark = pytest.mark.django_db

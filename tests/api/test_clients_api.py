@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.models import ClientConnection, now_ms
+from broker.models import ClientConnection
+from broker.rules.clock import now_ms
 from broker.selectors.clients import RECENTLY_GONE_MS, client_connections_of_producer_group
 from tests.api_helpers import assert_error, key_client
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.models import AuditEntry, ConsumeQueue, ConsumerGroup, TransactionEvent, now_ms
+from broker.models import AuditEntry, ConsumeQueue, ConsumerGroup, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.services.reconciliation.run import RECONCILE_TASK
 from broker.services.topology.writes import consumer_group_create, producer_group_create
 from tests.api.test_scoped_operator_keys import scoped_key

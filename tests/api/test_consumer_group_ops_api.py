@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from broker.models import AuditEntry, Delivery, Message, now_ms
+from broker.models import AuditEntry, Delivery, Message
+from broker.rules.clock import now_ms
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.receive import messages_ack, messages_receive
 from broker.services.topology.writes import consumer_group_create, topic_create

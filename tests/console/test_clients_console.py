@@ -13,7 +13,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from broker.models import ClientConnection, now_ms
+from broker.models import ClientConnection
+from broker.rules.clock import now_ms
 from broker.services.topology.writes import (
     consumer_group_create,
     producer_group_create,

@@ -20,7 +20,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.test import Client
 
-from broker.models import now_ms
 from broker.plumbing import events
 from broker.plumbing.events import (
     BULK_ACTIONS_GROUP,
@@ -29,6 +28,7 @@ from broker.plumbing.events import (
     announcements_coalesce,
     bulk_action_progress_publish,
 )
+from broker.rules.clock import now_ms
 from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
 from broker.services.transactions.end import transaction_end
 from broker.services.transactions.half import transaction_prepare

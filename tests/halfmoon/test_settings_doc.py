@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from halfmoon.broker_settings import BROKER_SETTINGS
+from broker.rules.broker_settings import BROKER_SETTINGS
 from halfmoon.settings_doc import ENTRIES, ROOT, env_definitions, render
 
 SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"

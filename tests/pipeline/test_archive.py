@@ -19,11 +19,11 @@ from broker.models import (
     Message,
     Resolution,
     TransactionEvent,
-    now_ms,
 )
 from broker.pipeline import archive_io
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, ddl, segment_path
+from broker.rules.clock import now_ms
 from broker.rules.op_body import op_body_parse
 from broker.services.archive.export import archive_export, archive_export_due
 from broker.services.archive.rows import READERS, TIME_MODELS

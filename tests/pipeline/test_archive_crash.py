@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from broker.models import ArchiveSegment, ArchiveWatermark, ScanLease, now_ms
+from broker.models import ArchiveSegment, ArchiveWatermark, ScanLease
 from broker.pipeline.schema import ARCHIVE_TABLES, segment_path
+from broker.rules.clock import now_ms
 from broker.services.archive.export import LEASE_NAME, archive_export
 from broker.services.archive.segments import closed_until
 from tests.e2e.processes import ROOT, broker_env

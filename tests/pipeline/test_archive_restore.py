@@ -25,10 +25,10 @@ from broker.models import (
     Resolution,
     Transaction,
     TransactionEvent,
-    now_ms,
 )
 from broker.pipeline.archive_io import table_read
 from broker.pipeline.schema import ARCHIVE_TABLES
+from broker.rules.clock import now_ms
 from broker.services.archive.export import archive_export
 from broker.services.archive.segments import closed_until, segment_start
 from broker.services.commitlog.messages import message_send

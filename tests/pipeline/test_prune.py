@@ -20,9 +20,9 @@ from broker.models import (
     Resolution,
     Transaction,
     TransactionEvent,
-    now_ms,
 )
 from broker.pipeline.archive_io import table_read
+from broker.rules.clock import now_ms
 from broker.rules.op_body import op_body_parse
 from broker.services.archive import prune as prune_module
 from broker.services.archive.export import archive_export_due

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 
 from broker.constants import HALF_TOPIC, OP_HALF_TOPIC
-from broker.models import ArchiveSegment, ArchiveWatermark, ConsumerOffset, Message, now_ms
+from broker.models import ArchiveSegment, ArchiveWatermark, ConsumerOffset, Message
+from broker.rules.clock import now_ms
 from broker.rules.messages import DeliveryState, MessageKind
 from broker.selectors.message_search import (
     MessageQuery,

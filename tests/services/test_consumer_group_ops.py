@@ -14,14 +14,8 @@ from django.db import connection
 
 import broker.services.operations.frozen_sets as frozen_sets
 from broker.errors import Conflict, Forbidden, InvalidInput
-from broker.models import (
-    AuditEntry,
-    ConsumerOffset,
-    Delivery,
-    DeliveryEvent,
-    Message,
-    now_ms,
-)
+from broker.models import AuditEntry, ConsumerOffset, Delivery, DeliveryEvent, Message
+from broker.rules.clock import now_ms
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.dead_letters import (
     dead_letter_resend,

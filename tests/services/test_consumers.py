@@ -15,7 +15,8 @@ from broker.constants import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
 )
-from broker.models import Delivery, DeliveryEvent, Message, now_ms
+from broker.models import Delivery, DeliveryEvent, Message
+from broker.rules.clock import now_ms
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.receive import messages_ack, messages_receive
 from broker.services.topology.writes import consumer_group_create, topic_create

@@ -18,7 +18,8 @@ from broker.constants import (
     PROPERTY_RETRY_TOPIC,
 )
 from broker.errors import InvalidInput, NotFound
-from broker.models import Delivery, DeliveryEvent, Message, now_ms
+from broker.models import Delivery, DeliveryEvent, Message
+from broker.rules.clock import now_ms
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.deliveries import (
     CHANGE_INVISIBLE_DURATION_MS,

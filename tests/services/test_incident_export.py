@@ -12,7 +12,8 @@ import zipfile
 import pytest
 
 from broker.errors import InvalidInput
-from broker.models import ReconciliationAnomaly, ReconciliationRun, now_ms
+from broker.models import ReconciliationAnomaly, ReconciliationRun
+from broker.rules.clock import now_ms
 from broker.selectors import incident
 from broker.selectors.incident import IncidentScope
 from broker.services.operations.incident_export import incident_export_file

@@ -27,8 +27,8 @@ from broker.models import (
     ProducerGroup,
     Transaction,
     TransactionEvent,
-    now_ms,
 )
+from broker.rules.clock import now_ms
 from broker.services.metrics import HORIZON_LOCK_TIMEOUT_MS, metrics_rollup_reset
 from broker.services.topology.writes import producer_group_create, topic_create
 from broker.services.transactions.end import transaction_end

@@ -33,8 +33,8 @@ from broker.models import (
     Resolution,
     Transaction,
     TransactionEvent,
-    now_ms,
 )
+from broker.rules.clock import now_ms
 from broker.rules.states import DiscardReason
 from broker.services import checks
 from broker.services.operations.audit import NO_REASON_GIVEN

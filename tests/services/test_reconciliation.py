@@ -24,13 +24,13 @@ from broker.models import (
     ReconciliationAnomaly,
     ReconciliationRun,
     ScanLease,
-    now_ms,
 )
 from broker.pipeline import reconcile as reconcile_module
 from broker.pipeline.result import ReconcileResult
 from broker.plumbing.leases import lease_acquire
 from broker.rules.anomalies import settle_ms
 from broker.rules.audit import iso_utc
+from broker.rules.clock import now_ms
 from broker.selectors.reconciliation import reconciliation_params
 from broker.services.reconciliation import run as service
 from broker.services.reconciliation.run import (

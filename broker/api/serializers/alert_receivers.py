@@ -22,7 +22,8 @@ from broker.api.serializers.fields import (
     StrictChoiceField,
     StrictIntegerField,
 )
-from broker.models import AlertReceiver, AlertSilence, now_ms
+from broker.models import AlertReceiver, AlertSilence
+from broker.rules.clock import now_ms
 from broker.services.alerts.receivers import EMAILS_MAX
 from broker.services.alerts.silences import SILENCE_MAX_S
 

@@ -26,7 +26,8 @@ from broker.api.serializers.alert_history import (
 )
 from broker.api.shapes import validated
 from broker.api.views.base import error_responses
-from broker.models import Alert, now_ms
+from broker.models import Alert
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import (
     alert_get,
     alert_notifications,

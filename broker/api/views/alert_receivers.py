@@ -32,7 +32,8 @@ from broker.api.serializers.alert_receivers import (
 )
 from broker.api.shapes import validated
 from broker.api.views.base import AdminListCreateView, error_responses
-from broker.models import AuditEntry, now_ms
+from broker.models import AuditEntry
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import (
     active_silences,
     alert_receiver_get,

@@ -20,7 +20,7 @@ from broker.api.schema import RequiredBodySchema
 from broker.api.serializers.incident_export import IncidentExportInSerializer
 from broker.api.shapes import validated
 from broker.api.views.base import error_responses
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.selectors.incident import IncidentScope
 from broker.services.operations.incident_export import (
     incident_export_file,

@@ -19,7 +19,7 @@ from broker.api.serializers.message_search import (
 )
 from broker.api.shapes import validated
 from broker.api.views.base import error_responses
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.selectors.message_search import (
     MessageQuery,
     message_deliveries,

@@ -27,10 +27,10 @@ from broker.grpc.convert import (
     status,
     timestamp_ms,
 )
-from broker.models import now_ms
 from broker.plumbing.polling import PollContinuation, poll_continue
 from broker.plumbing.wakeup_listeners import wakeup_hub
 from broker.plumbing.wakeups import topic_channel
+from broker.rules.clock import now_ms
 from broker.services.access.callers import Caller
 from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
 from broker.services.consumption.receive import Received, messages_ack, messages_receive

@@ -9,11 +9,10 @@ running broker's settings with the admin key (``GET /api/v1/broker-settings``: o
 broker's shell needs the README's short settings), and waits on those: the example's deadline,
 and with ``--reconcile`` the archive reaching the demo's transactions plus the broker's
 ``reconciliation_settle_ms``, then a run queued on the pipeline worker (trigger ``demo:<run>``)
-whose summary it prints. Default ``--url``: ``http://HALFMOON_HOST:HALFMOON_PORT`` (wildcard
-addresses on loopback). Exit status 0 only if 1, 4, 7 are committed and consumed, 2, 5, 8
-rolled back, 0, 3, 6, 9 discarded, and with ``--reconcile`` the run succeeded, judged every
-demo transaction and found no anomaly in them. Why and how: docs/reconciliation.md "The
-demo's run", docs/api.md "GET /api/v1/broker-settings".
+whose summary it prints. Default ``--url``: ``http://HALFMOON_HOST:HALFMOON_PORT``. Exit
+status 0 only if 1, 4, 7 are committed and consumed, 2, 5, 8 rolled back, 0, 3, 6, 9
+discarded, and with ``--reconcile`` the run judged every demo transaction and found no anomaly
+(docs/reconciliation.md "The demo's run").
 """
 
 from __future__ import annotations

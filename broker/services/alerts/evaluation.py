@@ -13,7 +13,7 @@ from functools import cached_property
 from django.db import transaction
 
 from broker.conf import conf
-from broker.models import Alert, AlertRule, AlertSilence, now_ms
+from broker.models import Alert, AlertRule, AlertSilence
 from broker.rules.alerts import (
     KINDS,
     AlertKind,
@@ -26,6 +26,7 @@ from broker.rules.alerts import (
     oldest_pending_finding,
     unreachable_finding,
 )
+from broker.rules.clock import now_ms
 from broker.selectors.overview import (
     OldestPending,
     discards_by_group,

@@ -16,7 +16,7 @@ from django.db import transaction
 
 from broker.conf import conf
 from broker.errors import Conflict, NotFound
-from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, now_ms
+from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule
 from broker.rules.alert_payloads import (
     AlertSnapshot,
     alert_labels,
@@ -27,6 +27,7 @@ from broker.rules.alert_payloads import (
 )
 from broker.rules.alerts import KINDS, AlertKind, NotificationEvent
 from broker.rules.checks import backoff_ms
+from broker.rules.clock import now_ms
 from broker.services.alerts.webhooks import Webhook, WebhookResult, webhooks_send
 
 logger = logging.getLogger("halfmoon.alerts")

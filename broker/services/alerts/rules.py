@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from broker.errors import InvalidInput, not_found
-from broker.models import Alert, AlertRule, ConsumerGroup, ProducerGroup, now_ms
+from broker.models import Alert, AlertRule, ConsumerGroup, ProducerGroup
 from broker.rules.alerts import (
     KINDS,
     THRESHOLD_MAX,
@@ -23,6 +23,7 @@ from broker.rules.alerts import (
     AlertSeverity,
     Subject,
 )
+from broker.rules.clock import now_ms
 from broker.services.topology.writes import created_once, name_validate
 
 REPEAT_INTERVAL_S_MAX = 30 * 86_400

@@ -12,8 +12,9 @@ from __future__ import annotations
 from django.db import transaction
 
 from broker.errors import Conflict, InvalidInput, NotFound, silence_not_found
-from broker.models import Alert, AlertSilence, AuditEntry, now_ms
+from broker.models import Alert, AlertSilence, AuditEntry
 from broker.rules.audit import iso_utc
+from broker.rules.clock import now_ms
 from broker.rules.durations import duration_text
 from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
 

@@ -25,12 +25,12 @@ from django.db import transaction
 
 from broker.conf import conf
 from broker.models import ArchiveSegment
-from broker.models import now_ms as clock_ms
 from broker.pipeline import archive_io
 from broker.pipeline.schema import ARCHIVE_TABLES, ddl, segment_path
 from broker.pipeline.spark import HadoopFiles, job_group, spark_session
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.archive_manifest import SegmentManifest
+from broker.rules.clock import now_ms as clock_ms
 from broker.services.archive.adoption import ID_SEQUENCES, segments_adopt
 from broker.services.archive.rows import segment_tables
 from broker.services.archive.segments import closed_until, first_row_at, segment_start

@@ -26,7 +26,7 @@ from broker.models import (
     Transaction,
     TransactionEvent,
 )
-from broker.models import now_ms as clock_ms
+from broker.rules.clock import now_ms as clock_ms
 from broker.rules.op_body import op_body_parse
 from broker.rules.states import RESOLVED_STATES, TransactionState
 from broker.selectors.metrics import EVENTS, RESOLUTIONS, watermark

@@ -7,7 +7,7 @@ ever moves forward, so a late or repeated writer never moves it back."""
 from __future__ import annotations
 
 from broker.models import ARCHIVE_WATERMARK, ArchiveWatermark
-from broker.models import now_ms as clock_ms
+from broker.rules.clock import now_ms as clock_ms
 
 
 def archived_until_ms() -> int:

@@ -14,15 +14,10 @@ from django.db.models.functions import RowNumber
 from halfmoon_client.signing import sign_check_body
 
 from broker.conf import conf
-from broker.models import (
-    CheckRequest,
-    Message,
-    ProducerGroup,
-    Transaction,
-    now_ms,
-)
+from broker.models import CheckRequest, Message, ProducerGroup, Transaction
 from broker.plumbing.wakeups import check_requests_channel, wakeup_on_commit
 from broker.rules.checks import discard_reason, next_check_after_check
+from broker.rules.clock import now_ms
 from broker.rules.states import TransactionState
 from broker.services.checks.payload import CheckJob, check_payload
 from broker.services.checks.rate_limit import check_rate_limit

@@ -24,8 +24,9 @@ from django.db.models import F
 
 from broker.conf import conf
 from broker.errors import HalfmoonError
-from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
+from broker.models import ProducerGroup, Transaction, TransactionEvent
 from broker.rules.checks import backoff_ms
+from broker.rules.clock import now_ms
 from broker.rules.states import (
     RESOLVING_ACTIONS,
     CheckAnswer,

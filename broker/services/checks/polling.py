@@ -8,13 +8,8 @@ from typing import Any
 
 from django.db import transaction
 
-from broker.models import (
-    CheckRequest,
-    Message,
-    ProducerGroup,
-    Transaction,
-    now_ms,
-)
+from broker.models import CheckRequest, Message, ProducerGroup, Transaction
+from broker.rules.clock import now_ms
 from broker.rules.states import TransactionState
 from broker.services.checks.outcomes import check_delivered_record
 from broker.services.checks.payload import check_payload

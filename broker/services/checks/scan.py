@@ -17,9 +17,9 @@ from time import monotonic
 from celery import current_app
 
 from broker.conf import conf
-from broker.models import now_ms
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.checks import scan_lease_ttl_ms
+from broker.rules.clock import now_ms
 from broker.services.checks.checkpoint import checkpoint_advance
 from broker.services.checks.claim import check_claim
 from broker.services.checks.outcomes import check_outcomes_apply

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from broker.conf import conf
-from broker.models import ClientConnection, now_ms
+from broker.models import ClientConnection
 from broker.plumbing.telemetry_bus import telemetry_commands_send
+from broker.rules.clock import now_ms
 from broker.rules.states import CheckAnswer
 from broker.selectors.clients import client_connection_live_q
 from broker.services.checks.payload import CheckJob, CheckOutcome

@@ -11,8 +11,9 @@ from typing import Any
 
 from django.db import connection
 
-from broker.models import Message, now_ms
+from broker.models import Message
 from broker.plumbing.sql import rows_cte
+from broker.rules.clock import now_ms
 
 MESSAGE_COLUMNS = (
     "topic",

@@ -10,9 +10,10 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
-from broker.models import ConsumeQueue, Message, Topic, model_new, now_ms
+from broker.models import ConsumeQueue, Message, Topic, model_new
 from broker.plumbing.sql import statement_cursor
 from broker.plumbing.wakeups import topic_channel, wakeup_on_commit
+from broker.rules.clock import now_ms
 from broker.rules.topics import is_undeliverable_topic
 from broker.services.commitlog.statements import MESSAGE_COLUMNS, messages_append_cte
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from broker.constants import dlq_topic
 from broker.errors import InvalidInput, NotFound
-from broker.models import AuditEntry, AuditTarget, Message, now_ms
+from broker.models import AuditEntry, AuditTarget, Message
+from broker.rules.clock import now_ms
 from broker.selectors.consumer_groups import (
     DEAD_LETTER_SET_ACTIONS,
     consumer_group_of_entry,

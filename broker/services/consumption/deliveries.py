@@ -19,7 +19,8 @@ from django.db import transaction
 from broker.constants import RECEIVE_INVISIBLE_DURATION_MS
 from broker.errors import InvalidInput, NotFound, not_found
 from broker.lookups import consumer_group_by_name
-from broker.models import ConsumerGroup, Delivery, now_ms
+from broker.models import ConsumerGroup, Delivery
+from broker.rules.clock import now_ms
 from broker.services.consumption.receive import Received, delivery_move_to_dlq, receipt_handle_new
 
 CHANGE_INVISIBLE_DURATION_MS: tuple[int, int] = (0, RECEIVE_INVISIBLE_DURATION_MS[1])

@@ -21,7 +21,8 @@ from collections.abc import Collection
 from django.db import transaction
 
 from broker.errors import Conflict, InvalidInput
-from broker.models import AuditEntry, ConsumerOffset, Message, now_ms
+from broker.models import AuditEntry, ConsumerOffset, Message
+from broker.rules.clock import now_ms
 from broker.rules.offset_resets import offset_forwarded, offset_reset_plan, plan_totals
 from broker.selectors.consumer_groups import (
     OFFSET_RESET_ACTIONS,

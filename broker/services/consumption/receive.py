@@ -41,9 +41,9 @@ from broker.models import (
     DeliveryEvent,
     Message,
     model_from_row,
-    now_ms,
 )
 from broker.plumbing.sql import statement_cursor
+from broker.rules.clock import now_ms
 from broker.rules.topics import is_undeliverable_topic
 from broker.services.commitlog.storage import message_copy
 

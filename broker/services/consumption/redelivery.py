@@ -13,8 +13,9 @@ from django.db import connection, transaction
 
 from broker.errors import Forbidden, not_found
 from broker.lookups import consumer_group_by_name
-from broker.models import AuditEntry, Delivery, DeliveryEvent, Message, now_ms
+from broker.models import AuditEntry, Delivery, DeliveryEvent, Message
 from broker.plumbing.sql import statement_cursor
+from broker.rules.clock import now_ms
 from broker.rules.topics import is_undeliverable_topic
 from broker.services.consumption.receive import receipt_handle_new
 from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked

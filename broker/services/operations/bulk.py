@@ -23,7 +23,8 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from broker.errors import Forbidden, InvalidInput
-from broker.models import AuditEntry, AuditTarget, Transaction, now_ms
+from broker.models import AuditEntry, AuditTarget, Transaction
+from broker.rules.clock import now_ms
 from broker.rules.states import TransactionState
 from broker.selectors.audit import bulk_get
 from broker.selectors.grants import bulk_target_producer_groups

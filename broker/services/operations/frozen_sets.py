@@ -26,8 +26,9 @@ from django.db import transaction
 from django.db.models import Count
 
 from broker.errors import Conflict
-from broker.models import AuditEntry, AuditTarget, now_ms
+from broker.models import AuditEntry, AuditTarget
 from broker.plumbing.events import BulkActionProgress, bulk_action_progress_publish
+from broker.rules.clock import now_ms
 from broker.services.operations.audit import audit_entry_record
 
 logger = logging.getLogger("halfmoon.frozen_sets")

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from broker.models import Transaction, now_ms
+from broker.models import Transaction
 from broker.rules.audit import iso_utc
+from broker.rules.clock import now_ms
 from broker.selectors.incident import Incident, IncidentScope, incident_read
 
 logger = logging.getLogger("halfmoon.export")

@@ -20,16 +20,12 @@ from django.db import transaction
 
 from broker.conf import conf
 from broker.errors import Conflict, InvalidInput
-from broker.models import (
-    ReconciliationAnalytics,
-    ReconciliationAnomaly,
-    ReconciliationRun,
-    now_ms,
-)
+from broker.models import ReconciliationAnalytics, ReconciliationAnomaly, ReconciliationRun
 from broker.pipeline.schema import run_output_path
 from broker.plumbing.leases import LeaseKeeper, lease_acquire, lease_owner, lease_release
 from broker.rules.anomalies import ReconcileParams
 from broker.rules.audit import iso_utc
+from broker.rules.clock import now_ms
 from broker.selectors.reconciliation import half_message_first_stored, reconciliation_settle_ms
 from broker.services.reconciliation.window import reconciliation_window
 

@@ -13,7 +13,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from broker.constants import HALF_TOPIC
-from broker.models import Message, Resolution, Transaction, now_ms
+from broker.models import Message, Resolution, Transaction
+from broker.rules.clock import now_ms
 from broker.rules.recovery_report import Difference, plain
 from broker.rules.states import TransactionState
 

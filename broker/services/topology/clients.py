@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 
 from broker.errors import Conflict, Forbidden
 from broker.lookups import producer_group_exists
-from broker.models import ClientConnection, now_ms
+from broker.models import ClientConnection
+from broker.rules.clock import now_ms
 from broker.rules.producer_groups import grpc_producer_group
 from broker.services.access.callers import Caller
 from broker.services.commitlog.messages import producer_topic_get

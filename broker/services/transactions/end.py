@@ -8,7 +8,8 @@ from __future__ import annotations
 from django.db import connection, transaction
 
 from broker.errors import Forbidden, TransactionAlreadyResolved
-from broker.models import Transaction, TransactionEvent, now_ms
+from broker.models import Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.rules.states import (
     END_ACTIONS,
     RESOLVING_ACTIONS,

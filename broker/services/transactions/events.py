@@ -9,8 +9,9 @@ from typing import Any
 
 from django.db import transaction
 
-from broker.models import Transaction, TransactionEvent, now_ms
+from broker.models import Transaction, TransactionEvent
 from broker.plumbing.events import TransactionChange, transaction_changes_publish
+from broker.rules.clock import now_ms
 
 
 def transaction_event_record(

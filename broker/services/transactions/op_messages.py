@@ -25,8 +25,9 @@ from django.db import transaction
 
 from broker.conf import conf
 from broker.constants import OP_HALF_TOPIC, OP_REMOVE_TAG
-from broker.models import Resolution, now_ms
+from broker.models import Resolution
 from broker.plumbing.size_trigger import SizeTrigger
+from broker.rules.clock import now_ms
 from broker.rules.op_body import op_body_format, op_body_size
 from broker.services.commitlog.storage import message_put, new_msg_id
 

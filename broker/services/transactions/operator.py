@@ -13,7 +13,8 @@ from typing import Any
 
 from broker.conf import conf
 from broker.constants import HALF_TOPIC, SYS_FLAG_TRANSACTION_PREPARED_TYPE
-from broker.models import AuditEntry, CheckRequest, Message, Transaction, TransactionEvent, now_ms
+from broker.models import AuditEntry, CheckRequest, Message, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.rules.states import (
     RESOLVING_ACTIONS,
     ResolvedBy,

@@ -29,15 +29,9 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_NOT_TYPE,
 )
-from broker.models import (
-    Message,
-    Resolution,
-    Transaction,
-    TransactionEvent,
-    model_from_row,
-    now_ms,
-)
+from broker.models import Message, Resolution, Transaction, TransactionEvent, model_from_row
 from broker.plumbing.sql import rows_cte, statement_cursor
+from broker.rules.clock import now_ms
 from broker.rules.states import (
     ResolvedBy,
     ResolvingAction,

@@ -31,19 +31,14 @@ from halfmoon_client import (
     Message,
     MessageView,
     SimpleConsumer,
-    TransactionListener,
     TransactionProducer,
 )
+from halfmoon_client.examples.demo_listener import DemoTransactionListener
 
 TOPIC = "TranTest"
 QUEUE_NUMS = 4
 TAGS = ["TagA", "TagB", "TagC", "TagD", "TagE"]
 FINAL_STATES = ("COMMITTED", "ROLLED_BACK", "DISCARDED")
-STATUS_ANSWERS = {
-    0: LocalTransactionState.UNKNOW,
-    1: LocalTransactionState.COMMIT_MESSAGE,
-    2: LocalTransactionState.ROLLBACK_MESSAGE,
-}
 DEFAULT_TIMEOUT_S = 600.0
 """Enough for RocketMQ's default check settings: 6 s + (15 + 1) x 30 s, plus a minute."""
 
@@ -51,30 +46,6 @@ DEFAULT_TIMEOUT_S = 600.0
 class DemoFailed(Exception):
     """The demo could not run (broker down, an error answer) or its outcome is not the
     example's; the message says which."""
-
-
-class DemoTransactionListener(TransactionListener):
-    """RocketMQ's ``TransactionListenerImpl``: an AtomicInteger hands out values; the status
-    ``value % 3`` decides the back-check's answer."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next_value = 0
-        self.local_trans: dict[str, int] = {}  # transaction id -> value
-
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
-        with self._lock:  # transactionIndex.getAndIncrement()
-            value = self._next_value
-            self._next_value += 1
-            self.local_trans[str(msg.transaction_id)] = value
-        return LocalTransactionState.UNKNOW
-
-    def check_local_transaction(self, msg_view: MessageView) -> LocalTransactionState:
-        with self._lock:
-            value = self.local_trans.get(str(msg_view.transaction_id))
-        if value is None:
-            return LocalTransactionState.COMMIT_MESSAGE
-        return STATUS_ANSWERS[value % 3]
 
 
 def run_suffix() -> str:

@@ -19,8 +19,8 @@ from broker.models import (
     AlertSilence,
     AuditEntry,
     Transaction,
-    now_ms,
 )
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import BANNER_ALERTS, BANNER_QUERIES, banner
 from broker.services.alerts.rules import alert_rule_create
 from broker.services.topology.writes import producer_group_create

@@ -7,7 +7,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from broker.models import ProducerGroup, Transaction, TransactionEvent, now_ms
+from broker.models import ProducerGroup, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.selectors.alerts import BANNER_QUERIES
 from broker.selectors.transactions import Cursor, stuck_page, stuck_transactions
 from broker.services.topology.writes import producer_group_create, topic_create

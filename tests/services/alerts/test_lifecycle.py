@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from broker.models import Alert, Delivery, Transaction, TransactionEvent, now_ms
+from broker.models import Alert, Delivery, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.services.topology.writes import access_key_create
 from tests.api_helpers import end, post, receive, send_half, send_message
 from tests.conftest import client_for

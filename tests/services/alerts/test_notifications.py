@@ -13,7 +13,8 @@ from django.core import mail
 from django.test import Client
 
 from broker.errors import InvalidInput
-from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, Transaction, now_ms
+from broker.models import Alert, AlertNotification, AlertReceiver, AlertRule, Transaction
+from broker.rules.clock import now_ms
 from broker.services.alerts import alerts_evaluate, notifications_deliver
 from broker.services.alerts.notifications import notification_retry
 from broker.services.alerts.receivers import receiver_create, receiver_delete

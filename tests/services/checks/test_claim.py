@@ -15,14 +15,8 @@ from broker.constants import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
 )
 from broker.errors import TransactionAlreadyResolved
-from broker.models import (
-    CheckRequest,
-    Message,
-    Resolution,
-    Transaction,
-    TransactionEvent,
-    now_ms,
-)
+from broker.models import CheckRequest, Message, Resolution, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.services import checks
 from broker.services.topology.writes import producer_group_create
 from broker.services.transactions.end import transaction_end

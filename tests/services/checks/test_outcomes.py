@@ -8,13 +8,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from broker.models import (
-    ProducerGroup,
-    Resolution,
-    Transaction,
-    TransactionEvent,
-    now_ms,
-)
+from broker.models import ProducerGroup, Resolution, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.services import checks
 from broker.services.topology.writes import producer_group_create
 from broker.services.transactions.end import transaction_end

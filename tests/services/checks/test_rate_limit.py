@@ -8,11 +8,9 @@ from collections import Counter
 
 import redis
 
-from broker.models import (
-    Transaction,
-    now_ms,
-)
+from broker.models import Transaction
 from broker.plumbing import rate_counter
+from broker.rules.clock import now_ms
 from tests.services.checks.helpers import (
     REFUSED_PORT,
     by_group,

@@ -13,13 +13,9 @@ from collections.abc import Callable
 import pytest
 from django.db import connection
 
-from broker.models import (
-    Resolution,
-    ScanLease,
-    Transaction,
-    now_ms,
-)
+from broker.models import Resolution, ScanLease, Transaction
 from broker.plumbing import leases
+from broker.rules.clock import now_ms
 from broker.services.checks import claim, half_queue_scan, outcomes
 from broker.services.checks import scan as scan_module
 from broker.services.topology.writes import producer_group_create

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from broker.models import ClientConnection, ProducerGroup, TransactionEvent, now_ms
+from broker.models import ClientConnection, ProducerGroup, TransactionEvent
 from broker.plumbing.telemetry_bus import TelemetryCommandListener
+from broker.rules.clock import now_ms
 from broker.services.checks.telemetry import RECOVER_ORPHANED_TRANSACTION
 from tests.services.checks.helpers import refreshed
 from tests.support import due_at, prepare, round_for

@@ -13,11 +13,8 @@ import pytest
 from broker.constants import (
     HALF_TOPIC,
 )
-from broker.models import (
-    Message,
-    Resolution,
-    now_ms,
-)
+from broker.models import Message, Resolution
+from broker.rules.clock import now_ms
 from broker.services.checks import check_answer_parse
 from broker.services.transactions.half import transaction_prepare
 from tests.services.checks.helpers import (

@@ -21,13 +21,8 @@ from django.db import connection, transaction
 
 from broker.conf import conf
 from broker.constants import HALF_TOPIC, OP_HALF_TOPIC
-from broker.models import (
-    Message,
-    Resolution,
-    Transaction,
-    TransactionEvent,
-    now_ms,
-)
+from broker.models import Message, Resolution, Transaction, TransactionEvent
+from broker.rules.clock import now_ms
 from broker.rules.op_body import op_body_parse
 from broker.rules.states import TransactionState
 from broker.services import checks

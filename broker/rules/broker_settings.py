@@ -1,8 +1,8 @@
-"""The broker's settings: name, RocketMQ name, default, bounds and meaning, in one list.
+"""The broker's settings: name, RocketMQ name, default, unit, bounds and meaning, in one list.
 
-``halfmoon.settings`` builds ``HALFMOON_SETTINGS`` from it, and README.md's settings table is
-rendered from it (``python manage.py settings_table``; tests/halfmoon/test_settings_doc.py keeps the two
-equal), so the docs cannot drift from the code.
+``halfmoon.settings`` builds ``HALFMOON_SETTINGS`` from it, ``broker.conf`` reads them, and
+docs/settings.md is rendered from it (``bin/docs``; tests/halfmoon/test_settings_doc.py keeps the
+two equal), so the docs cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -290,14 +290,3 @@ BROKER_SETTINGS += (
         1000,
     ),
 )
-
-
-def settings_table() -> str:
-    """The Markdown table of every broker setting, as in README.md."""
-    lines = [
-        "| setting | RocketMQ name | default | meaning |",
-        "| --- | --- | --- | --- |",
-    ]
-    for s in BROKER_SETTINGS:
-        lines.append(f"| `{s.name}` | {s.rocketmq} | {s.default} | {s.meaning} |")
-    return "\n".join(lines)
