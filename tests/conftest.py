@@ -25,10 +25,19 @@ RULES_DIR = Path(__file__).resolve().parent / "rules"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of the pure rules (``tests/rules/``, ``broker.rules``) are marked ``unit``: they need
-    no database, no Redis and no network, so ``bin/test -m unit`` runs them in seconds."""
+    no database, no Redis and no network, so ``bin/test -m unit`` runs them in seconds.
+
+    Under pytest-xdist (bin/test, ``--dist loadgroup``) the tests using the session's Spark
+    (``spark``) share one worker, so one Spark JVM starts, and the e2e tests (fixed Redis
+    databases and ports, their session's template database) share one too."""
+    groups = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if RULES_DIR in Path(item.fspath).parents:
             item.add_marker(pytest.mark.unit)
+        if groups and item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+        elif groups and "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(autouse=True)
