@@ -13,7 +13,7 @@ from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.views import View
 
 from broker.errors import NotFound
-from broker.models import now_ms
+from broker.rules.clock import now_ms
 from broker.rules.preview import body_preview
 from broker.selectors.check_explanations import check_explanation_of_transaction
 from broker.selectors.timeline import transaction_detail
