@@ -7,9 +7,7 @@ from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.template import TemplateDoesNotExist
-from django.template.loader import select_template
-from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import NotFound
@@ -22,16 +20,7 @@ from console.forms.transactions import TransactionFilterForm, filters_from_form
 from console.permissions import ViewConsoleRequired
 from console.views.check_explanations import check_panel
 
-ACTIONS_TEMPLATE = "console/transactions/_actions.html"
 TABLE_TARGET = "tx-table"  # the id htmx targets to reload the table alone
-
-
-def _bulk_url() -> str:
-    """H3's bulk preview URL, or "" while that route does not exist (no selection column)."""
-    try:
-        return reverse("console:bulk_preview")
-    except NoReverseMatch:
-        return ""
 
 
 def _query(pairs: list[tuple[str, str]], **extra: str | int) -> str:
@@ -76,7 +65,6 @@ class TransactionListView(ViewConsoleRequired, View):
             else "",
             "is_last_page": page.next_cursor is None,
             "is_first_page": page.prev_cursor is None,
-            "bulk_url": _bulk_url(),
         }
         template = "console/transactions/list.html"
         if request.headers.get("HX-Request") and request.headers.get("HX-Target") == TABLE_TARGET:
@@ -99,17 +87,8 @@ class TransactionRowView(ViewConsoleRequired, View):
         return render(
             request,
             "console/transactions/_row.html",
-            {"row": row, "now": now, "bulk_url": _bulk_url()},
+            {"row": row, "now": now},
         )
-
-
-def _actions_template() -> str | None:
-    """H3's action controls, when that template exists (the page renders without it)."""
-    try:
-        select_template([ACTIONS_TEMPLATE])
-    except TemplateDoesNotExist:
-        return None
-    return ACTIONS_TEMPLATE
 
 
 class TransactionDetailView(ViewConsoleRequired, View):
@@ -129,7 +108,6 @@ class TransactionDetailView(ViewConsoleRequired, View):
             "preview": preview,
             "properties": sorted((half.properties or {}).items()) if half else [],
             "now": now_ms(),
-            "actions_template": _actions_template(),
             "panel": check_panel(explained.explanation),
             "api_path": f"GET /api/v1/transactions/{detail.tx.transaction_id}/check-explanation",
         }

@@ -13,7 +13,10 @@
  * flight, later events for it cause one more request afterwards.
  *
  * "Pause live updates" calls HalfmoonLive.setPaused(true); on `halfmoon:resync` (sent by
- * live.js after a pause or reconnect) the table is reloaded with htmx (#tx-table).
+ * live.js on each open of its socket and on resume) the table is reloaded with htmx
+ * (#tx-table). The operator's selection (the ticked rows, which "Export selected" and a bulk
+ * preview submit) outlives it: the ids ticked at htmx:beforeSwap are ticked again at
+ * htmx:afterSwap where their rows still are.
  *
  * Transaction page (#tx-detail): an event for this transaction reloads the page's content.
  */
@@ -137,19 +140,53 @@
     });
   }
 
+  function boxes() {
+    return Array.prototype.slice.call(tbody().querySelectorAll("input[name=transaction_id]"));
+  }
+
+  // "Select all on this page" is ticked while every row's box is.
+  function syncSelectAll() {
+    var all = document.getElementById("select-page");
+    if (!all) return;
+    var mine = boxes();
+    all.checked = mine.length > 0 && mine.every(function (box) { return box.checked; });
+  }
+
   function setupSelectAll() {
     document.addEventListener("change", function (event) {
       var target = event.target;
-      if (!target || target.id !== "select-page") return;
-      tbody().querySelectorAll("input[name=transaction_id]").forEach(function (box) {
-        box.checked = target.checked;
-      });
+      if (!target) return;
+      if (target.id === "select-page") {
+        boxes().forEach(function (box) { box.checked = target.checked; });
+      } else if (target.name === "transaction_id" && tbody().contains(target)) {
+        syncSelectAll();
+      }
+    });
+  }
+
+  // A reload of the table replaces its boxes: carry the ticked ids over (compared by value,
+  // never put in a selector: an id may hold "." or ":").
+  function setupKeepSelection() {
+    var kept = null; // transaction id -> true, between a swap of #tx-table and its end
+    document.addEventListener("htmx:beforeSwap", function (event) {
+      var d = event.detail || {};
+      if (!d.shouldSwap || !d.target || d.target.id !== "tx-table") return;
+      kept = Object.create(null);
+      boxes().forEach(function (box) { if (box.checked) kept[box.value] = true; });
+    });
+    document.addEventListener("htmx:afterSwap", function () {
+      if (!kept || !tbody()) return;
+      var ticked = kept;
+      kept = null;
+      boxes().forEach(function (box) { box.checked = ticked[box.value] === true; });
+      syncSelectAll();
     });
   }
 
   function setupList() {
     setupPause();
     setupSelectAll();
+    setupKeepSelection();
     document.addEventListener("halfmoon:transaction", function (event) {
       var d = event.detail || {};
       if (d.transaction_id && table()) refreshRow(d.transaction_id);
