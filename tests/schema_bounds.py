@@ -126,22 +126,6 @@ def positive_data_acceptance_documented(ctx: Any, response: Any, case: Any) -> b
     return positive_data_acceptance(ctx, response, case)
 
 
-def scalar_query_parameters_unexploded(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` (changed in place and returned) with ``explode: false`` on every integer,
-    number and boolean query parameter. A valid value is sent the same either way; an object
-    that a negative case puts there is sent as ``page_size=a,1`` (refused), where the default
-    ``form`` style spreads its keys as parameters of their own and drops the parameter, a
-    valid request that schemathesis would count as "schema-violating request accepted"."""
-    for operations in document.get("paths", {}).values():
-        for operation in operations.values():
-            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
-                kind = parameter.get("schema", {}).get("type")
-                if parameter.get("in") == "query" and kind in ("integer", "number", "boolean"):
-                    parameter["explode"] = False
-    return document
-
-
 def generator_document(document: dict[str, Any]) -> dict[str, Any]:
-    """The document as the schemathesis runs read it: ``wait_ms_bounded`` and
-    ``scalar_query_parameters_unexploded``."""
-    return scalar_query_parameters_unexploded(wait_ms_bounded(document))
+    """The document as the schemathesis runs read it: ``wait_ms_bounded``."""
+    return wait_ms_bounded(document)

@@ -383,17 +383,3 @@ def test_only_documented_refusals_no_schema_states_are_admitted():
     assert refusal_documented(*group, {}, {}, 400, "invalid_input", check_url)
     assert not refusal_documented(*group, {}, {}, 400, "invalid_input", name)
     assert not refusal_documented(*bulk, {}, {}, 400, "invalid_input", check_url)
-
-
-def test_the_generators_send_an_object_in_a_numeric_query_parameter_as_one_value(document):
-    """bench/fuzz.py saw ``page_size`` given an object accepted: the form style had spread its
-    keys as parameters of their own. The runs' copy of the document says ``explode: false``
-    on numeric and boolean query parameters only (a string's stays as served)."""
-    from tests.schema_bounds import generator_document
-
-    served = document["paths"]["/api/v1/message-search"]["get"]["parameters"]
-    read = generator_document(document)["paths"]["/api/v1/message-search"]["get"]["parameters"]
-    exploded = {p["name"]: p.get("explode", True) for p in read}
-    assert exploded["limit"] is False and exploded["start"] is False
-    assert exploded["key"] is True
-    assert read is served  # changed in place: the copy is the caller's
