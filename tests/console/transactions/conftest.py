@@ -78,7 +78,8 @@ def lived_transaction(consumer_group: str = "C") -> tuple[Transaction, dict[str,
     interval), so the journal's times are in the order things happened."""
     import time
 
-    from broker.models import ProducerGroup, now_ms
+    from broker.models import ProducerGroup
+    from broker.rules.clock import now_ms
     from broker.services.consumption.receive import messages_ack, messages_receive
     from broker.services.transactions.end import transaction_end
     from tests.support import answer_state, check_server_running, round_for
