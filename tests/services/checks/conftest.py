@@ -12,7 +12,6 @@ import redis
 from broker.models import ProducerGroup
 from broker.plumbing import rate_counter
 from broker.services.topology.writes import producer_group_create
-from tests.services.checks.helpers import REFUSED_PORT, SILENT_PORT
 from tests.support import CheckServer
 
 RATE_KEYS = "halfmoon:check-rate:*"
@@ -70,10 +69,10 @@ def silent_url():
     or answers: every request is sent and then times out."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", SILENT_PORT))
+    sock.bind(("127.0.0.1", 0))  # a port of its own: the xdist workers run side by side
     sock.listen(4096)
     try:
-        yield f"http://127.0.0.1:{SILENT_PORT}/check"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/check"
     finally:
         sock.close()
 
@@ -82,8 +81,8 @@ def silent_url():
 def refused_url():
     """A URL whose port is held (bound) but not listening: connection refused, every time."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", REFUSED_PORT))
+    sock.bind(("127.0.0.1", 0))  # a port of its own: the xdist workers run side by side
     try:
-        yield f"http://127.0.0.1:{REFUSED_PORT}/check"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/check"
     finally:
         sock.close()

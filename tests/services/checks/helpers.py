@@ -29,8 +29,6 @@ CONTRACT_FIELDS = {
 """Every field of a back-check body of api-v1, besides ``body`` or ``body_base64``."""
 
 INTERVAL = 30_000  # HALFMOON_TRANSACTION_CHECK_INTERVAL_MS default
-SILENT_PORT = 18120  # listens, never accepts: the request is sent, no answer ever comes
-REFUSED_PORT = 18121  # bound, never listening: connection refused
 
 
 def url_group(name: str, url: str, server: CheckServer | None = None) -> ProducerGroup:

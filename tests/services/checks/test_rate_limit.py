@@ -12,7 +12,6 @@ from broker.models import Transaction
 from broker.plumbing import rate_counter
 from broker.rules.clock import now_ms
 from tests.services.checks.helpers import (
-    REFUSED_PORT,
     by_group,
     journal,
     prepare_many,
@@ -96,13 +95,14 @@ def test_the_group_rate_is_shared_by_every_half_queue(topic, broker_settings, ch
 def test_checks_go_out_when_redis_does_not_answer(one_queue, check_server, settings, monkeypatch):
     """The rate limit is a guard, not a dependency: without Redis every claimed check is sent."""
     one_queue["HALFMOON_CHECK_GROUP_MAX_PER_SECOND"] = 1
-    monkeypatch.setattr(
-        rate_counter,
-        "_redis_client",
-        redis.Redis(host="127.0.0.1", port=REFUSED_PORT, socket_connect_timeout=0.5),
-    )
     with socket.socket() as held:
-        held.bind(("127.0.0.1", REFUSED_PORT))
+        held.bind(("127.0.0.1", 0))  # bound, never listening: connection refused
+        refused_port = held.getsockname()[1]
+        monkeypatch.setattr(
+            rate_counter,
+            "_redis_client",
+            redis.Redis(host="127.0.0.1", port=refused_port, socket_connect_timeout=0.5),
+        )
         url_group("G", check_server.url, check_server)
         prepare_many("G", 3)
         result = round_at(0, now_ms())
