@@ -509,7 +509,10 @@ def test_a_send_retried_by_the_client_is_stored_once(halfmoon: Halfmoon) -> None
     assert rows == [(message_id, "COMMITTED")], report
     stored = hm.sql("SELECT topic FROM broker_message WHERE msg_id = %s ORDER BY 1", message_id)
     assert stored == [("RMQ_SYS_TRANS_HALF_TOPIC",), ("RetryTopic",)], report
-    assert producer.terminate() == 0, producer.report()
+    # Without --stay the producer shuts its client down and exits by itself: wait for that
+    # (a SIGTERM sent while its interpreter finalizes would meet the default handler).
+    hm.wait("the producer to shut down and exit", lambda: producer.proc.poll() is not None)
+    assert producer.proc.returncode == 0, producer.report()
 
 
 def bad_signature_metadata(access_key: str) -> list[tuple[str, str]]:
