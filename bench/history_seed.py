@@ -193,7 +193,8 @@ def _seed_sql(
                CASE kind WHEN 'P' THEN 'PREPARED' WHEN 'C' THEN 'COMMITTED'
                    ELSE 'ROLLED_BACK' END,
                check_times, %(immunity)s, born,
-               CASE WHEN kind = 'P' THEN born + %(immunity)s + check_times * %(interval)s END,
+               CASE WHEN kind = 'P'  -- due by the seed's end, however short the history
+                   THEN LEAST(born + %(immunity)s + check_times * %(interval)s, %(now)s) END,
                CASE WHEN check_times > 0
                    THEN born + %(immunity)s + (check_times - 1) * %(interval)s + 5 END,
                0, resolved_ts,
