@@ -26,8 +26,3 @@ class SizeTrigger:
                     total = 0
                 self._sizes[key] = total
         return full
-
-    def clear(self) -> None:
-        """Forget every count (a test's fresh start)."""
-        with self._lock:
-            self._sizes.clear()
