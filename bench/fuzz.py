@@ -1,13 +1,15 @@
 """Fuzz the HTTP API with schemathesis against a broker, every check enabled.
 
     .venv/bin/python bench/fuzz.py [--requests 10000] [--url URL --token ADMIN_TOKEN] [--seed N]
+                                   [--operation "GET /api/v1/transactions" ...]
 
 Without ``--url`` it starts a broker as bench/throughput.py does (database ``halfmoon_fuzz``
 recreated, ``DATABASE_URL`` to change; Redis database 12 unless ``REDIS_URL``; 2 web
 processes, production settings) and stops it at the end. It seeds a topic, groups and a half
 message, reads the document through ``tests.schema_bounds.generator_document`` and sends cases
 of every operation, half schema-valid and half not, until ``--requests`` requests were sent
-(``--requests 20``: a smoke run). ``positive_data_acceptance`` admits only the documented refusals no schema
+(``--requests 20``: a smoke run); ``--operation`` (repeatable) keeps only the operations named
+``METHOD /path`` as the document spells them. ``positive_data_acceptance`` admits only the documented refusals no schema
 can state (``tests.schema_bounds.refusal_documented``), as tests/api/test_schemathesis.py.
 Each distinct failure is printed once (with the error code answered); the last line is::
 
@@ -108,9 +110,10 @@ class Tally:
         self.statuses: Counter[int] = Counter()
         self.seen: Counter[tuple[str, str]] = Counter()
 
-    def failure(self, label: str, failure: Any, answer: str = "") -> None:
+    def failure(self, label: str, failure: Any, answer: str = "", sent: str = "") -> None:
         """Count one failed check of a case (a 5xx is counted by ``after_call``); ``answer``
-        (the status and error code the case got) is printed with its first occurrence."""
+        (the status and error code the case got) and ``sent`` (the request's URL) are printed
+        with its first occurrence."""
         title = getattr(failure, "title", type(failure).__name__)
         if title != "Server error":
             self.schema_violations += 1
@@ -119,10 +122,15 @@ class Tally:
         if self.seen[key] == 1:
             message = str(getattr(failure, "message", "")).strip().splitlines()
             print(f"FAIL {label}: {title} [{answer}]: {' '.join(message)[:400]}")
+            if sent:
+                print(f"  sent: {sent[:400]}")
 
 
-def fuzz(url: str, token: str, budget: int, seed_value: int | None) -> Tally:
-    """Send schemathesis cases to ``url`` until ``budget`` requests were sent."""
+def fuzz(
+    url: str, token: str, budget: int, seed_value: int | None, only: list[str] | None = None
+) -> Tally:
+    """Send schemathesis cases to ``url`` until ``budget`` requests were sent; ``only``: the
+    operations (``METHOD /path``) to fuzz, every one when None or empty."""
     import schemathesis
     from hypothesis import HealthCheck, Phase, given, settings
     from schemathesis.config import SchemathesisConfig
@@ -144,6 +152,10 @@ def fuzz(url: str, token: str, budget: int, seed_value: int | None) -> Tally:
             tally.server_errors += 1
 
     operations = [result.ok() for result in schema.get_all_operations()]
+    if only:
+        operations = [op for op in operations if f"{op.method.upper()} {op.path}" in only]
+        if not operations:
+            raise SystemExit(f"no operation of the document is one of {only}")
     print(f"fuzz: {len(operations)} operations from {url}/api/schema/")
     modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE]
     examples = EXAMPLES_PER_ROUND if budget >= 4 * len(operations) else SMOKE_EXAMPLES
@@ -179,7 +191,8 @@ def fuzz(url: str, token: str, budget: int, seed_value: int | None) -> Tally:
                             raise
                         answer = f"{response.status_code} {_error_code(response)}".strip()
                         for failure in getattr(exc, "exceptions", None) or [exc]:
-                            tally.failure(label, failure, answer)  # noqa: B023
+                            sent = str(getattr(response.request, "url", ""))
+                            tally.failure(label, failure, answer, sent)  # noqa: B023
 
                 one()
     return tally
@@ -199,6 +212,9 @@ def main() -> None:
     parser.add_argument("--url", help="a running broker (default: start one)")
     parser.add_argument("--token", help="an admin access key of --url")
     parser.add_argument("--seed", type=int, help="derandomize (same cases on every run)")
+    parser.add_argument(
+        "--operation", action="append", help='only this operation, e.g. "GET /api/v1/topics"'
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _exit_on_signal)
     if args.url and not args.token:
@@ -210,7 +226,7 @@ def main() -> None:
         else:
             url, token = start_broker(os.environ.get("DATABASE_URL", DEFAULT_DATABASE_URL))
         seed(url, token)
-        tally = fuzz(url, token, args.requests, args.seed)
+        tally = fuzz(url, token, args.requests, args.seed, args.operation)
     finally:
         CHILDREN.stop_all()
     print(

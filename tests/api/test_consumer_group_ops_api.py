@@ -177,6 +177,18 @@ def test_consumer_keys_and_outsiders_are_refused(consumer, outsider, anonymous, 
         assert_error(post(client, "/api/v1/consumer-groups/billing/skip-backlog", {}), status)
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["offsets?topic=", "offsets?topic=no%20name", "dead-letters?limit=", "dead-letters?limit=0"]
+    + ["dead-letters?limit=101", "dead-letters?before=abc", "dead-letters?before=-1"],
+)
+def test_a_malformed_query_is_a_400_body(owner, orders, query):
+    error = assert_error(
+        owner.get(f"/api/v1/consumer-groups/billing/{query}"), 400, "invalid_input"
+    )
+    assert list(error["details"]["fields"]) == [query.split("?")[1].split("=")[0]]
+
+
 def test_bad_input_is_a_400_body(owner, orders):
     error = assert_error(
         post(owner, "/api/v1/consumer-groups/billing/offset-resets", {"timestamp": "soon"}),

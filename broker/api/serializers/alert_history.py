@@ -7,7 +7,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from broker.api.serializers.fields import StrictChoiceField
+from broker.api.serializers.fields import QueryIntegerField, StrictChoiceField
 from broker.models import Alert, AlertNotification
 from broker.selectors.alerts import FiringAlert
 
@@ -24,18 +24,14 @@ class AlertQuerySerializer(serializers.Serializer):
     latest ``limit``)."""
 
     state = StrictChoiceField(choices=Alert.State.choices, required=False, default="firing")
-    limit = serializers.IntegerField(
-        min_value=1, max_value=ALERT_LIST_MAX, required=False, default=50
-    )
+    limit = QueryIntegerField(min_value=1, max_value=ALERT_LIST_MAX, required=False, default=50)
 
 
 class AlertNotificationQuerySerializer(serializers.Serializer):
     """``GET /api/v1/alert-notifications``: the latest ``limit``, of ``state`` when given."""
 
     state = StrictChoiceField(choices=AlertNotification.State.choices, required=False)
-    limit = serializers.IntegerField(
-        min_value=1, max_value=ALERT_LIST_MAX, required=False, default=50
-    )
+    limit = QueryIntegerField(min_value=1, max_value=ALERT_LIST_MAX, required=False, default=50)
 
 
 class AlertOutSerializer(serializers.ModelSerializer):

@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from broker.api.serializers.fields import (
     NameField,
+    QueryIntegerField,
     ReasonField,
     ReasonInputField,
     StrictCharField,
@@ -105,6 +106,25 @@ class ConsumerGroupOperationOutSerializer(serializers.Serializer):
 
     def get_consumer_group(self, entry: AuditEntry) -> str:
         return str(entry.scope.get("consumer_group", ""))
+
+
+class GroupOffsetsQuerySerializer(serializers.Serializer):
+    """The query of a group's offsets: one ``topic`` only, or every topic when left out."""
+
+    topic = NameField(required=False, help_text="One topic only")
+
+
+DEAD_LETTER_PAGE_MAX = 100
+
+
+class DeadLetterQuerySerializer(serializers.Serializer):
+    """A page of a group's dead letters: below the commit log offset ``before``, at most
+    ``limit`` (1..``DEAD_LETTER_PAGE_MAX``, default 100); anything else is 400."""
+
+    before = QueryIntegerField(
+        min_value=0, required=False, help_text="Only dead letters below this commit log offset"
+    )
+    limit = QueryIntegerField(min_value=1, max_value=DEAD_LETTER_PAGE_MAX, default=100)
 
 
 class DeadLetterOutSerializer(serializers.Serializer):

@@ -82,6 +82,12 @@ class StrictCharField(_EmptyQueryValueMixin, serializers.CharField):
         return value
 
 
+class QueryIntegerField(_EmptyQueryValueMixin, serializers.IntegerField):
+    """An integer query parameter: DRF's ``IntegerField`` (the string "5" is 5, min and max
+    as DRF's) where an empty value (``?limit=``) is refused (400 ``invalid``: "A valid integer
+    is required."), not read as left out."""
+
+
 class StrictURLField(serializers.URLField):
     """``URLField`` (http, https, ftp, ftps per Django's validator) that takes only a JSON
     string, as ``StrictCharField``."""

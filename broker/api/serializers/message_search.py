@@ -10,6 +10,7 @@ from rest_framework import serializers
 from broker.api.serializers.fields import (
     CompiledRegexValidator,
     NameField,
+    QueryIntegerField,
     StrictCharField,
     msg_id_validator,
 )
@@ -48,15 +49,15 @@ class MessageSearchQuerySerializer(serializers.Serializer):
         validators=[msg_id_validator],
         help_text="A msg id; a transactional message's is its transaction id",
     )
-    start = serializers.IntegerField(
+    start = QueryIntegerField(
         required=False, min_value=0, help_text="Stored at or after (ms since the epoch)"
     )
-    end = serializers.IntegerField(
+    end = QueryIntegerField(
         required=False, min_value=0, help_text="Stored before (ms since the epoch)"
     )
     before = SearchCursorField(required=False, help_text="The older page")
     after = SearchCursorField(required=False, help_text="The newer page")
-    limit = serializers.IntegerField(
+    limit = QueryIntegerField(
         required=False, min_value=1, max_value=SEARCH_PAGE_MAX, default=SEARCH_PAGE_DEFAULT
     )
 

@@ -9,7 +9,12 @@ from typing import Any
 
 from rest_framework import serializers
 
-from broker.api.serializers.fields import NameField, StrictCharField, StrictIntegerField
+from broker.api.serializers.fields import (
+    NameField,
+    QueryIntegerField,
+    StrictCharField,
+    StrictIntegerField,
+)
 from broker.constants import (
     RECEIVE_INVISIBLE_DURATION_MS,
     RECEIVE_MAX_MESSAGES,
@@ -117,8 +122,8 @@ class DeadLetterInSerializer(serializers.Serializer):
 
 
 class CheckRequestsQuerySerializer(serializers.Serializer):
-    wait_ms = serializers.IntegerField(min_value=0, max_value=30000, default=0)
-    max_requests = serializers.IntegerField(min_value=1, max_value=32, default=32)
+    wait_ms = QueryIntegerField(min_value=0, max_value=30000, default=0)
+    max_requests = QueryIntegerField(min_value=1, max_value=32, default=32)
 
 
 class SendResultSerializer(serializers.Serializer):

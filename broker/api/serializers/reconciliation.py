@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from broker.api.serializers.fields import QueryIntegerField, StrictChoiceField
 from broker.models import (
     ReconciliationRun,
 )
@@ -20,11 +21,9 @@ class ReconciliationRunQuerySerializer(serializers.Serializer):
     """Which of a run's stored anomalies to include: ``kind`` (one ``AnomalyKind``), paged by
     ``limit`` and ``offset`` in the job's order (kind, then transaction id)."""
 
-    kind = serializers.ChoiceField(choices=AnomalyKind.choices, required=False)
-    limit = serializers.IntegerField(
-        min_value=1, max_value=ANOMALY_PAGE_MAX, default=ANOMALY_PAGE_DEFAULT
-    )
-    offset = serializers.IntegerField(min_value=0, max_value=ANOMALY_OFFSET_MAX, default=0)
+    kind = StrictChoiceField(choices=AnomalyKind.choices, required=False)
+    limit = QueryIntegerField(min_value=1, max_value=ANOMALY_PAGE_MAX, default=ANOMALY_PAGE_DEFAULT)
+    offset = QueryIntegerField(min_value=0, max_value=ANOMALY_OFFSET_MAX, default=0)
 
 
 class ReconciliationAnomalyOutSerializer(serializers.Serializer):
@@ -103,10 +102,8 @@ RUN_ID_MAX = 2**63 - 1  # the database's bigint: a larger ``before`` is a 400, n
 class ReconciliationRunsQuerySerializer(serializers.Serializer):
     """A page of runs, newest first: ``limit`` runs with an id below ``before`` (keyset)."""
 
-    limit = serializers.IntegerField(
-        min_value=1, max_value=RUNS_PAGE_MAX, default=RUNS_PAGE_DEFAULT
-    )
-    before = serializers.IntegerField(min_value=1, max_value=RUN_ID_MAX, required=False)
+    limit = QueryIntegerField(min_value=1, max_value=RUNS_PAGE_MAX, default=RUNS_PAGE_DEFAULT)
+    before = QueryIntegerField(min_value=1, max_value=RUN_ID_MAX, required=False)
 
 
 class ReconciliationRunsOutSerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from broker.api.serializers.fields import (
     NameField,
+    QueryIntegerField,
     ReasonField,
     ReasonInputField,
     StrictBooleanField,
@@ -88,10 +89,8 @@ class PageQuerySerializer(serializers.Serializer):
     """A page of ``GET /api/v1/transactions``: ``page`` (from 1) and ``page_size`` (1 to
     ``TRANSACTION_PAGE_MAX``), integers in the query string; anything else is 400."""
 
-    page = serializers.IntegerField(min_value=1, required=False)
-    page_size = serializers.IntegerField(
-        min_value=1, max_value=TRANSACTION_PAGE_MAX, required=False
-    )
+    page = QueryIntegerField(min_value=1, required=False)
+    page_size = QueryIntegerField(min_value=1, max_value=TRANSACTION_PAGE_MAX, required=False)
 
 
 class TransactionPrepareOutSerializer(serializers.Serializer):

@@ -9,7 +9,7 @@ operator key."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,7 +20,9 @@ from broker.api.serializers.consumer_group_ops import (
     BacklogSkipInSerializer,
     ConsumerGroupOperationOutSerializer,
     DeadLetterOutSerializer,
+    DeadLetterQuerySerializer,
     DeadLettersPreviewInSerializer,
+    GroupOffsetsQuerySerializer,
     GroupQueueOffsetOutSerializer,
     OffsetResetInSerializer,
     ResendInputSerializer,
@@ -86,7 +88,7 @@ class ConsumerGroupOffsetsView(APIView):
     permission_classes = [IsOperatorKey]
 
     @extend_schema(
-        parameters=[OpenApiParameter("topic", str, description="One topic only")],
+        parameters=[GroupOffsetsQuerySerializer],
         responses={200: GroupQueueOffsetOutSerializer(many=True), **error_responses(404)},
         summary="A consumer group's offsets per queue with lag (admin or operator key; "
         "addition to api-v1)",
@@ -94,10 +96,9 @@ class ConsumerGroupOffsetsView(APIView):
         "the queue's max offset and the lag. 404 `consumer_group_not_found`.",
     )
     def get(self, request: Request, group: str) -> Response:
+        query = validated(GroupOffsetsQuerySerializer, request.query_params)
         consumer_group_get(group)
-        rows = consumer_group_offsets(
-            consumer_group=group, topic=request.query_params.get("topic") or None
-        )
+        rows = consumer_group_offsets(consumer_group=group, topic=query.get("topic"))
         return Response(GroupQueueOffsetOutSerializer(rows, many=True).data)
 
 
@@ -238,10 +239,7 @@ class DeadLetterListView(APIView):
     permission_classes = [IsOperatorKey]
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("before", int, description="Only dead letters below this offset"),
-            OpenApiParameter("limit", int, description="1..100 (default 100)"),
-        ],
+        parameters=[DeadLetterQuerySerializer],
         responses={200: DeadLetterOutSerializer(many=True), **error_responses(404)},
         summary="A consumer group's dead letters (admin or operator key; addition to api-v1)",
         description="The messages on `%DLQ%{group}`, newest first (by commit log offset), each "
@@ -250,14 +248,9 @@ class DeadLetterListView(APIView):
         "`consumer_group_not_found`.",
     )
     def get(self, request: Request, group: str) -> Response:
+        query = validated(DeadLetterQuerySerializer, request.query_params)
         consumer_group_get(group)
-        before = request.query_params.get("before", "")
-        limit = request.query_params.get("limit", "")
-        rows = dead_letters(
-            consumer_group=group,
-            before=int(before) if before.isdigit() else None,
-            limit=min(100, max(1, int(limit))) if limit.isdigit() else 100,
-        )
+        rows = dead_letters(consumer_group=group, before=query.get("before"), limit=query["limit"])
         return Response(DeadLetterOutSerializer(rows, many=True).data)
 
 
