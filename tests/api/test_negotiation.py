@@ -55,3 +55,17 @@ def test_the_usual_headers_get_json_without_drfs_parsing(monkeypatch):
         assert choice(JSONFirstNegotiation(), accept) == (JSONRenderer, "application/json")
     with pytest.raises(AssertionError, match="parsed"):
         choice(JSONFirstNegotiation(), "text/html")
+
+
+@pytest.mark.parametrize("accept", ACCEPTS)
+def test_an_empty_format_is_404_where_drf_ignores_it(accept):
+    """``?format=`` is no format the resource has (the document's enum says so; bench/fuzz.py
+    found DRF answering 200)."""
+    assert choice(DefaultContentNegotiation(), "application/json", "?format=") != "404"
+    assert choice(JSONFirstNegotiation(), accept, "?format=") == "404"
+
+
+def test_an_empty_format_of_the_incident_export_is_the_error_body(owner):
+    response = owner.post("/api/v1/incident-exports?format=", {}, format="json")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"

@@ -105,6 +105,19 @@ def test_resolve_documents_reason_as_required_and_not_blank(document, owner):
     assert "pattern" in reason  # something besides whitespace
 
 
+def test_the_reason_pattern_calls_blank_what_the_service_strips(document):
+    """The pattern names the characters ``str.strip()`` removes (``\\s`` means others to JSON
+    Schema's ECMA-262 regexes: U+001F and U+0085 were schema-valid blank reasons, refused
+    ``reason_required``; bench/fuzz.py found it)."""
+    schema = _request_schema(document, "/api/v1/transactions/{transaction_id}/resolve", "post")
+    pattern = schema["properties"]["reason"]["pattern"]
+    assert "\\s" not in pattern
+    blanks = [chr(c) for c in range(0x3001) if chr(c).isspace()]
+    assert len(blanks) == 29
+    assert not [c for c in blanks if re.fullmatch(pattern, c * 2)]
+    assert re.fullmatch(pattern, "\ufeff") and re.fullmatch(pattern, " why ")
+
+
 @pytest.mark.parametrize("reason", [None, "", "   "])
 def test_resolve_without_a_reason_is_refused(owner, producer, topic, producer_group, reason):
     transaction_id = send_half(producer).json()["transaction_id"]

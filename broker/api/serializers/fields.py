@@ -126,7 +126,16 @@ def NameField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field f
     return StrictCharField(max_length=127, validators=[name_validator], **kwargs)
 
 
+WHITESPACE_CLASS = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""The characters ``str.strip()`` removes, as a regex character class's contents. A pattern of
+the OpenAPI document names them instead of ``\\s``, which means other characters to JSON
+Schema (ECMA-262's: no U+001C-U+001F or U+0085, but U+FEFF) than to Python."""
+
 REASON_HELP = "Why (required, not blank): kept in the audit log with the access key's name."
+
+
+REASON_PATTERN = rf"^[^\u0000]*[^{WHITESPACE_CLASS}\u0000][^\u0000]*$"
+"""A reason with some character ``str.strip()`` keeps, and no NUL."""
 
 
 def ReasonField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field factory
@@ -136,7 +145,7 @@ def ReasonField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field
     kwargs.setdefault("help_text", REASON_HELP)
     return StrictCharField(
         max_length=REASON_MAX_LENGTH,
-        validators=[CompiledRegexValidator(r"^[^\u0000]*[^\s\u0000][^\u0000]*$", code="blank")],
+        validators=[CompiledRegexValidator(REASON_PATTERN, code="blank")],
         **kwargs,
     )
 
