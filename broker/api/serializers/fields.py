@@ -126,7 +126,9 @@ def NameField(**kwargs: Any) -> serializers.CharField:  # noqa: N802 - a field f
     return StrictCharField(max_length=127, validators=[name_validator], **kwargs)
 
 
-WHITESPACE_CLASS = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+WHITESPACE_CLASS = (
+    r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 """The characters ``str.strip()`` removes, as a regex character class's contents. A pattern of
 the OpenAPI document names them instead of ``\\s``, which means other characters to JSON
 Schema (ECMA-262's: no U+001C-U+001F or U+0085, but U+FEFF) than to Python."""
