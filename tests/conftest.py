@@ -23,21 +23,35 @@ from broker.services.topology.writes import (
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 
 
+def _schedule_rank(item: pytest.Item) -> int:
+    """0 for a test of the session's Spark, 1 for an e2e test, 2 for any other."""
+    if "spark" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("e2e"):
+        return 0
+    return 1 if item.get_closest_marker("e2e") else 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests of the pure rules (``tests/rules/``, ``broker.rules``) are marked ``unit``: they need
     no database, no Redis and no network, so ``bin/test -m unit`` runs them in seconds.
 
-    Under pytest-xdist (bin/test, ``--dist loadgroup``) the tests using the session's Spark
-    (``spark``) share one worker, so one Spark JVM starts, and the e2e tests (fixed Redis
-    databases and ports, their session's template database) share one too."""
-    groups = config.pluginmanager.hasplugin("xdist")
+    Under pytest-xdist (bin/test: ``--dist loadgroup --no-loadscope-reorder``) the tests using
+    the session's Spark (group ``spark``) share one worker, so one Spark JVM starts, and each
+    e2e file is a group of its own (its module-scoped stack, its fixed Redis database). The
+    groups run first, longest kinds first (Spark, then the e2e files, mostly waiting on
+    processes), and the other tests fill the workers after them, so no long group starts last.
+    """
+    groups = bool(getattr(config.option, "loadgroup", False))  # a worker of --dist loadgroup
     for item in items:
         if RULES_DIR in Path(item.fspath).parents:
             item.add_marker(pytest.mark.unit)
-        if groups and item.get_closest_marker("e2e"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
-        elif groups and "spark" in getattr(item, "fixturenames", ()):
+        rank = _schedule_rank(item) if groups else 2
+        if rank == 0:
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif rank == 1:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    if groups:
+        items.sort(key=_schedule_rank)
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,10 @@
   template dropped afterwards (``with migrated_database("halfmoon_e2e_x") as url: ...``).
 - ``static_files``: ``static_files(var_dir)`` fills ``<var_dir>/staticfiles``.
 
-The e2e tests start processes on fixed Redis databases and ports of 18000-18049: bin/test runs
-them in a pytest of their own, without pytest-xdist's workers.
+The e2e tests start processes on Redis databases of their own (a file's fixed one, or the
+worker's ``REDIS_URL``: tests/xdist_redis.py) and on the worker's ports
+(``tests.e2e.processes.PORTS``): bin/test runs them on pytest-xdist's workers a file at a time
+(``--dist loadfile``), after the other tests.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ a Redis database of the test's own.
   until web, worker and gRPC server are up (``Stack.grpc_endpoint``: the gRPC server's address).
 - ``pg_database``: a fresh PostgreSQL database on the tests' server (``PG_ADMIN_URL``), dropped
   afterwards (``tests.e2e.session.migrated_database``: one already migrated).
-- ``free_port``: a port of 18000-18049 nothing listens on.
+- ``free_port``: a port of this worker's ``PORTS`` (18000-18049 outside xdist) nothing listens on.
 - ``BinRun``: ``bin/run --no-setup`` started as a user starts it, its process tree watched,
   stopped with Ctrl-C.
 - ``program_of`` / ``main_processes``: the quick start's programs (web, worker, beat,
@@ -58,7 +58,10 @@ def database_url(name: str, scheme: str = "postgres") -> str:
     return urllib.parse.urlsplit(PG_ADMIN_URL)._replace(scheme=scheme, path=f"/{name}").geturl()
 
 
-PORTS = range(18000, 18050)
+_WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+PORTS = range(18000 + 400 * _WORKER_INDEX, 18050 + 400 * _WORKER_INDEX)
+"""The e2e ports of this pytest-xdist worker (and of what it starts): 18000-18049 for ``gw0``
+and outside xdist, 18400-18449 for ``gw1``, and so on, so two workers never race for one."""
 STARTUP_TIMEOUT_S = 60
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_MISSING = (
@@ -82,7 +85,7 @@ _HANDED_OUT: deque[int] = deque(maxlen=8)
 
 
 def free_port() -> int:
-    """A port of 18000-18049 nobody listens on and not among the last 8 this process handed
+    """A port of ``PORTS`` nobody listens on and not among the last 8 this process handed
     out (tried in random order, so parallel runs rarely pick the same one)."""
     candidates = [port for port in PORTS if port not in _HANDED_OUT]
     for port in random.sample(candidates, len(candidates)):
@@ -93,7 +96,7 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.append(port)
         return port
-    raise RuntimeError("no free port in 18000-18049")
+    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def tail(path: Path, lines: int = 40) -> str:

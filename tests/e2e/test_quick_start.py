@@ -90,6 +90,7 @@ def quick_start_env(redis_url: str, web_port: int, pg_port: int) -> dict[str, st
         "REDIS_URL": redis_url,
         "HALFMOON_PORT": str(web_port),
         "HALFMOON_EMBEDDED_POSTGRES_PORT": str(pg_port),
+        "HALFMOON_GRPC_PORT": str(free_port()),  # not 8081: another worker's bin/run may hold it
         "WEB_CONCURRENCY": "1",
         "PYTHONUNBUFFERED": "1",
         **CHECK_SETTINGS,

@@ -109,6 +109,7 @@ def test_worker_and_beat_killed_come_back_while_web_answers(tmp_path: Path) -> N
             settings={
                 "HALFMOON_HOST": "127.0.0.1",
                 "HALFMOON_PORT": str(port),
+                "HALFMOON_GRPC_PORT": str(free_port()),  # not 8081, which another run may hold
                 "WEB_CONCURRENCY": "1",
                 "CELERY_CONCURRENCY": "2",
                 **CHECK_SETTINGS,
