@@ -504,7 +504,7 @@ def main() -> int:
         token = manage(env, "create_access_key", "chaos", "--admin").strip().splitlines()[-1]
         broker = Broker(env, workdir / "run.log")
         broker.start(url)
-        admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+        admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
         assert (
             admin.post("/api/v1/topics", json={"name": TOPIC, "queue_nums": 4}).status_code == 201
         )

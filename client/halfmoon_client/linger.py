@@ -66,6 +66,7 @@ class LingerSending(BatchSending):
             # Queued under the lock: shutdown() closes the half batcher only after this.
             half_future = half_batcher.submit(half_body(self.producer_group, msg))
             self._linger_callers += 1
+            self._linger_lock.notify_all()  # a waiter on the count sees it (tests, shutdown)
         end_future: Future[dict[str, Any]] | None = None
         try:
             status, half = half_future.result()  # raises the error of this half message

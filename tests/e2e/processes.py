@@ -440,10 +440,20 @@ def healthy(url: str) -> bool:
         return False
 
 
+def worker_database(name: str) -> str:
+    """``name`` with this pytest-xdist worker's suffix (``halfmoon_e2e_x_gw1``), so that one
+    module's database on two workers (a module that reuses another's fixtures) is two; ``name``
+    itself outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"{name}_{worker}" if worker else name
+
+
 @contextmanager
 def pg_database(name: str) -> Iterator[str]:
-    """A fresh PostgreSQL database ``name`` on the tests' server (``PG_ADMIN_URL``; dropped first
-    if present, and afterwards); yields its ``postgres://`` URL."""
+    """A fresh PostgreSQL database ``worker_database(name)`` on the tests' server
+    (``PG_ADMIN_URL``; dropped first if present, and afterwards); yields its ``postgres://``
+    URL."""
+    name = worker_database(name)
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")

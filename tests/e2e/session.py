@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url, manage
+from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url, manage, worker_database
 
 
 def _session_name(suffix: str) -> str:
@@ -68,8 +68,10 @@ def migrated_template() -> str:
 def migrated_database(name: str) -> Iterator[str]:
     """As ``pg_database``, but the database is a copy of the session's migrated template
     (``migrated_template``): every migration applied, as ``manage.py migrate`` leaves it
-    (console roles included). Yields its ``postgres://`` URL; dropped afterwards."""
+    (console roles included), named ``worker_database(name)``. Yields its ``postgres://`` URL;
+    dropped afterwards."""
     template = migrated_template()
+    name = worker_database(name)
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
