@@ -8,8 +8,6 @@ The database is made unreachable for real (``tests.database_away``): connection 
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -54,15 +52,12 @@ def test_while_the_database_refuses_connections_metrics_answer_200_without_its_f
 ):
     send_half(owner)
     with database_at(closed_port()):
-        started = time.monotonic()
         status, samples, families = scrape()
-        took = time.monotonic() - started
 
     assert status == 200
     assert samples["halfmoon_database_up"] == 0
     assert UNAVAILABLE in samples
     assert families == {"halfmoon_database_up", "halfmoon_database_unavailable_responses"}
-    assert took < 3
 
     status, samples, families = scrape()  # back: the same process reads it again
     assert status == 200
