@@ -23,11 +23,28 @@ from broker.services.topology.writes import (
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 
 
-def _schedule_rank(item: pytest.Item) -> int:
-    """0 for a test of the session's Spark, 1 for an e2e test, 2 for any other."""
-    if "spark" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("e2e"):
-        return 0
-    return 1 if item.get_closest_marker("e2e") else 2
+LONGEST_FIRST = (
+    "tests.bench.test_bench_smoke",
+    "tests.e2e.test_spark_cluster",
+    "tests.e2e.test_chaos_bench",
+    "tests.e2e.test_failover",
+    "tests.e2e.test_backup_restore",
+    "tests.e2e.test_scan_workers",
+    "tests.e2e.test_demo_reconcile",
+    "tests.e2e.test_rocketmq_clients",
+    "tests.e2e.test_service_faults",
+)
+"""The e2e modules that take longest (CI's ``--durations``, 2026-12-02: 100-300 s each), started
+first; the other e2e modules follow in collection order. Only the order depends on it."""
+
+
+def _schedule_rank(item: pytest.Item) -> tuple[int, int]:
+    """(0, 0) for a test of the session's Spark, (1, its place in ``LONGEST_FIRST``) for an e2e
+    test, (2, 0) for any other."""
+    if item.get_closest_marker("e2e"):
+        module = item.module.__name__
+        return 1, LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+    return (0, 0) if "spark" in getattr(item, "fixturenames", ()) else (2, 0)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
@@ -38,17 +55,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Under pytest-xdist (bin/test: ``--dist loadgroup --no-loadscope-reorder``) the tests using
     the session's Spark (group ``spark``) share one worker, so one Spark JVM starts, and each
     e2e file is a group of its own (its module-scoped stack, its fixed Redis database). The
-    groups run first, longest kinds first (Spark, then the e2e files, mostly waiting on
-    processes), and the other tests fill the workers after them, so no long group starts last.
+    groups run first, longest first (Spark, then the e2e files, ``LONGEST_FIRST`` at their
+    head), and the other tests fill the workers after them, so no long group starts last.
     """
     groups = bool(getattr(config.option, "loadgroup", False))  # a worker of --dist loadgroup
     for item in items:
         if RULES_DIR in Path(item.fspath).parents:
             item.add_marker(pytest.mark.unit)
-        rank = _schedule_rank(item) if groups else 2
-        if rank == 0:
+        kind = _schedule_rank(item)[0] if groups else 2
+        if kind == 0:
             item.add_marker(pytest.mark.xdist_group("spark"))
-        elif rank == 1:
+        elif kind == 1:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if groups:
         items.sort(key=_schedule_rank)
