@@ -39,7 +39,7 @@ from broker.plumbing.wakeup_listeners import WakeupHub
 from broker.plumbing.wakeups import check_requests_channel, topic_channel
 from broker.selectors.topology import producer_group_get
 from broker.services import checks
-from broker.services.consumption import receive as consumers
+from broker.services.consumption.receive import messages_receive
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class ReceiveView(LongPollAPIView):
             LongPoll(
                 fetch=lambda: (
                     ReceivedMessageSerializer(
-                        consumers.messages_receive(
+                        messages_receive(
                             consumer_group=group,
                             topic=data["topic"],
                             max_messages=data["max_messages"],

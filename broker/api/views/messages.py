@@ -30,7 +30,7 @@ from broker.api.views.base import ERRORS, error_responses
 from broker.selectors.messages import message_get, messages_by_key
 from broker.services.commitlog import messages
 from broker.services.consumption import deliveries
-from broker.services.consumption import receive as consumers
+from broker.services.consumption.receive import messages_ack
 
 
 class MessageListCreateView(APIView):
@@ -82,9 +82,7 @@ class AckView(APIView):
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
         data = validated(AckInSerializer, request.data)
-        acked, failed = consumers.messages_ack(
-            consumer_group=group, receipt_handles=data["receipt_handles"]
-        )
+        acked, failed = messages_ack(consumer_group=group, receipt_handles=data["receipt_handles"])
         return Response({"acked": acked, "failed": failed})
 
 

@@ -34,7 +34,14 @@ from broker.selectors.topology import (
     topic_list,
     topic_queue_offsets,
 )
-from broker.services.topology import writes as admin
+from broker.services.topology.writes import (
+    consumer_group_create,
+    consumer_group_update,
+    producer_group_create,
+    producer_group_update,
+    topic_create,
+    topic_update,
+)
 
 
 class TopicListCreateView(AdminListCreateView):
@@ -45,7 +52,7 @@ class TopicListCreateView(AdminListCreateView):
     list_summary = "List topics"
     create_summary = "Create a topic"
     rows = staticmethod(topic_list)
-    create = staticmethod(admin.topic_create)
+    create = staticmethod(topic_create)
 
 
 class TopicDetailView(APIView):
@@ -71,7 +78,7 @@ class TopicDetailView(APIView):
     )
     def patch(self, request: Request, name: str) -> Response:
         data = validated(TopicPatchSerializer, request.data)
-        topic = admin.topic_update(name=name, queue_nums=data["queue_nums"])
+        topic = topic_update(name=name, queue_nums=data["queue_nums"])
         topic.queues = topic_queue_offsets(topic)
         return Response(TopicDetailOutSerializer(topic).data)
 
@@ -85,7 +92,7 @@ class ProducerGroupListCreateView(AdminListCreateView):
     list_summary = "List producer groups"
     create_summary = "Create a producer group (its check_secret is shown in this answer only)"
     rows = staticmethod(producer_group_list)
-    create = staticmethod(admin.producer_group_create)
+    create = staticmethod(producer_group_create)
 
 
 class ProducerGroupDetailView(APIView):
@@ -107,7 +114,7 @@ class ProducerGroupDetailView(APIView):
     )
     def patch(self, request: Request, name: str) -> Response:
         data = validated(ProducerGroupPatchSerializer, request.data)
-        group = admin.producer_group_update(name=name, check_url=data["check_url"])
+        group = producer_group_update(name=name, check_url=data["check_url"])
         return Response(ProducerGroupOutSerializer(group).data)
 
 
@@ -119,7 +126,7 @@ class ConsumerGroupListCreateView(AdminListCreateView):
     list_summary = "List consumer groups"
     create_summary = "Create a consumer group"
     rows = staticmethod(consumer_group_list)
-    create = staticmethod(admin.consumer_group_create)
+    create = staticmethod(consumer_group_create)
 
 
 class ConsumerGroupDetailView(APIView):
@@ -141,7 +148,7 @@ class ConsumerGroupDetailView(APIView):
     )
     def patch(self, request: Request, name: str) -> Response:
         data = validated(ConsumerGroupPatchSerializer, request.data)
-        group = admin.consumer_group_update(
+        group = consumer_group_update(
             name=name, max_delivery_attempts=data["max_delivery_attempts"]
         )
         return Response(ConsumerGroupOutSerializer(group).data)
