@@ -10,8 +10,9 @@
 
 The e2e tests start processes on Redis databases of their own (a file's fixed one, or the
 worker's ``REDIS_URL``: tests/xdist_redis.py) and on the worker's ports
-(``tests.e2e.processes.PORTS``): bin/test runs them on pytest-xdist's workers a file at a time
-(``--dist loadfile``), after the other tests.
+(``tests.e2e.processes.PORTS``), in databases named for the worker (``worker_database``):
+bin/test runs each e2e file on one pytest-xdist worker, among the other tests
+(tests/conftest.py).
 """
 
 from __future__ import annotations

@@ -23,11 +23,10 @@ from tests.e2e.processes import PG_ADMIN_URL, broker_env, database_url, manage, 
 
 
 def _session_name(suffix: str) -> str:
-    """A name of this test run's own: ``HALFMOON_TEST_DATABASE`` (default ``test_halfmoon``), the
-    pytest-xdist worker if any, then ``suffix``."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    """A name of this test run's own: ``HALFMOON_TEST_DATABASE`` (default ``test_halfmoon``),
+    ``suffix``, then the pytest-xdist worker if any (``worker_database``)."""
     base = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon")
-    return f"{base}{'_' + worker if worker else ''}_{suffix}"
+    return worker_database(f"{base}_{suffix}")
 
 
 E2E_TEMPLATE = _session_name("e2e_template")

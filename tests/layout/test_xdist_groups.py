@@ -48,7 +48,7 @@ def test_a_group_runs_on_one_worker(tmp_path: Path) -> None:
     records.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v"]
-        + ["-p", "no:cacheprovider", "-p", "no:django", "-p", "no:randomly", str(tmp_path)],
+        + ["-p", "no:cacheprovider", "-p", "no:django", str(tmp_path)],
         cwd=tmp_path,
         env={"RECORD_DIR": str(records), "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -16,6 +16,7 @@ from broker.api.serializers.fields import (
     msg_id_validator,
 )
 from broker.models import AuditEntry
+from broker.selectors.consumer_groups import DEAD_LETTERS_PAGE
 from broker.services.consumption.dead_letters import DEAD_LETTERS_MAX
 
 
@@ -114,17 +115,15 @@ class GroupOffsetsQuerySerializer(serializers.Serializer):
     topic = NameField(required=False, help_text="One topic only")
 
 
-DEAD_LETTER_PAGE_MAX = 100
-
-
 class DeadLetterQuerySerializer(serializers.Serializer):
     """A page of a group's dead letters: below the commit log offset ``before``, at most
-    ``limit`` (1..``DEAD_LETTER_PAGE_MAX``, default 100); anything else is 400."""
+    ``limit`` (1..``DEAD_LETTERS_PAGE``, the selector's page, by default); anything else is
+    400."""
 
     before = QueryIntegerField(
         min_value=0, required=False, help_text="Only dead letters below this commit log offset"
     )
-    limit = QueryIntegerField(min_value=1, max_value=DEAD_LETTER_PAGE_MAX, default=100)
+    limit = QueryIntegerField(min_value=1, max_value=DEAD_LETTERS_PAGE, default=DEAD_LETTERS_PAGE)
 
 
 class DeadLetterOutSerializer(serializers.Serializer):
