@@ -1,8 +1,9 @@
 """The reconciliation's anomaly search done in one process with DuckDB, over the same Parquet
-archive the Spark job reads: ``bench/reconcile.py``'s baseline, so the cost of Spark on one
-machine is stated beside its scaling. Same definitions (``docs/reconciliation.md``), written
-independently as plain relational SQL (the job uses per-transaction arrays), so the two
-cross-check each other: the bench fails when their counts differ.
+archive the Spark job reads: ``bench/reconcile.py``'s search-only baseline, its second figure
+(no output written; ``bench/reconcile_same_work.py`` does the job's whole work). Same
+definitions (``docs/reconciliation.md``), written independently as plain relational SQL (the
+job uses per-transaction arrays), so the two cross-check each other: the bench fails when their
+counts differ.
 
     from reconcile_baseline import baseline
     counts = baseline("var/bench/reconcile/archive-1000000", params)   # {"hanging": 4, ...}
@@ -32,10 +33,15 @@ def _sql_list(values: tuple[str, ...]) -> str:
 
 
 def baseline(
-    archive_uri: str, params: ReconcileParams, *, threads: int | None = None
+    archive_uri: str,
+    params: ReconcileParams,
+    *,
+    threads: int | None = None,
+    memory_limit: str | None = None,
 ) -> dict[str, int]:
     """The anomaly counts by kind (only kinds found) for ``params`` over the archive at
-    ``archive_uri`` (a local path). ``threads``: DuckDB's threads (default: all cores)."""
+    ``archive_uri`` (a local path). ``threads``: DuckDB's threads (default: all cores);
+    ``memory_limit``: DuckDB's (``"4GB"``; default 80% of the machine's memory)."""
     import duckdb
 
     p = params
@@ -44,6 +50,8 @@ def baseline(
     con = duckdb.connect()
     if threads:
         con.execute(f"SET threads = {threads}")
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
 
     def source(table: str) -> str:
         column = TIME_COLUMNS[table]

@@ -1,6 +1,7 @@
 """The reconciliation's rules, pure: the anomaly kinds, the bucket size and when a transaction
-must have settled. The Spark job (``broker.pipeline.reconcile``), the one-process baseline
-(``bench/reconcile_baseline.py``), the API and the console read them from here.
+must have settled. The Spark job (``broker.pipeline.reconcile``), the one-process baselines
+(``bench/reconcile_same_work.py``, ``bench/reconcile_baseline.py``), the API and the console read
+them from here.
 
 Sources: RocketMQ's transaction check (``TransactionalMessageCheckService``: transactionTimeOut,
 transactionCheckInterval, transactionCheckMax, fileReservedTime) and a hand-built

@@ -15,6 +15,9 @@ The archive is written once and each window is run once (module fixtures).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from broker.pipeline.reconcile import JOB_CONF, output_path, reconcile
@@ -27,6 +30,7 @@ H2 = T0 + 2 * HOUR_MS
 S = 1_000
 MIN = 60 * S
 CHECK_MAX = 3
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def params(*, since: int, until: int, as_of: int) -> ReconcileParams:
@@ -356,6 +360,31 @@ def test_parquet_outputs_match_the_result(spark, planted):
     assert facts.count() == planted.transactions == 12
     flagged = spark.read.parquet(output_path(planted.output_uri, "buckets")).where("flagged")
     assert [(r["producer_group"], r["bucket_start_ms"]) for r in flagged.collect()] == [("G2", H1)]
+
+
+def test_the_duckdb_same_work_baseline_writes_the_same_outputs(
+    archive, clean, planted, early, late, cut
+):
+    """bench/reconcile_same_work.py (DuckDB) applies the same rules to the same archive: its
+    facts, anomalies, buckets and analytics equal the job's (bench/reconcile_compare.py), in
+    every window, so the bench compares two programs doing the same work."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from reconcile_compare import compare
+        from reconcile_same_work import same_work
+    finally:
+        sys.path.remove(str(BENCH))
+    for name, result in (
+        ("clean", clean),
+        ("planted", planted),
+        ("early", early),
+        ("late", late),
+        ("cut", cut),
+    ):
+        duck = archive["out"] / f"{name}-duckdb"
+        counts = same_work(archive["uri"], str(duck), result.params)
+        assert counts == result.anomaly_counts
+        assert compare(result.output_uri, duck) == [], name
 
 
 # -- the window -------------------------------------------------------------------------------

@@ -78,9 +78,10 @@ def _duplicates() -> Column:
     )
 
 
-def _transaction_anomalies(facts: DataFrame, params: ReconcileParams) -> DataFrame:
+def _row_anomalies(everything: DataFrame, params: ReconcileParams) -> DataFrame:
     """hanging, lost_commit, rolled_back_but_delivered, double_resolution,
-    duplicate_delivery, late_end and slow_visibility of the judged transactions."""
+    duplicate_delivery, late_end and slow_visibility of the judged transactions, and
+    orphan_delivery of every row, in one scan of the facts."""
     scan2 = 2 * params.check_scan_interval_ms
     as_of = F.lit(params.as_of_ms)
     delivered_count = F.size("delivered_commit_log_offsets")
@@ -92,6 +93,7 @@ def _transaction_anomalies(facts: DataFrame, params: ReconcileParams) -> DataFra
     )
     past_reserved = F.col("half_timestamp") + params.file_reserved_ms + scan2 <= as_of
     latency = F.col("visible_timestamp") - F.col("first_commit_timestamp")
+    judged = F.col("judged")
     conditions = {
         "hanging": prepared & (past_check_max | past_reserved),
         "lost_commit": committed & ~delivered,
@@ -103,16 +105,22 @@ def _transaction_anomalies(facts: DataFrame, params: ReconcileParams) -> DataFra
         "late": F.col("discards") > 0,
         "slow_visibility": committed & delivered & (latency > params.visibility_sla_ms),
     }
-    suspect = F.lit(False)
+    conditions = {name: judged & c for name, c in conditions.items()}
+    suspect = _orphaned()
     for condition in conditions.values():
         suspect = suspect | condition
     # Nearly every transaction is clean: the rest of the work is on the few suspects.
-    rows = facts.where(suspect).select(
+    rows = everything.where(suspect).select(
         "*",
         delivered_count.alias("delivered_count_"),
+        _orphaned().alias("is_orphan"),
         *[c.alias(f"is_{name}") for name, c in conditions.items()],
     )
-    rows = rows.select("*", _late_end().alias("late"), _duplicates().alias("duplicates"))
+    rows = rows.select(
+        "*",
+        F.when(judged, _late_end()).alias("late"),
+        F.when(judged, _duplicates()).alias("duplicates"),
+    )
     late = F.col("late")
     singles = F.array(
         F.when(
@@ -184,6 +192,7 @@ def _transaction_anomalies(facts: DataFrame, params: ReconcileParams) -> DataFra
                 ),
             ),
         ),
+        F.when(F.col("is_orphan"), _orphan(params)),
     )
     duplicates = F.transform(
         F.coalesce(F.col("duplicates"), F.array()),
@@ -208,46 +217,37 @@ def anomaly_frame(
     everything: DataFrame, facts: DataFrame, group_reach: DataFrame, params: ReconcileParams
 ) -> DataFrame:
     """Every anomaly but bucket_mismatch (which needs them all first), ``ANOMALY_COLUMNS``."""
-    return (
-        _transaction_anomalies(facts, params)
-        .unionByName(_orphans(everything, params))
-        .unionByName(_undelivered(facts, group_reach))
-    )
+    return _row_anomalies(everything, params).unionByName(_undelivered(facts, group_reach))
 
 
-def _orphans(everything: DataFrame, params: ReconcileParams) -> DataFrame:
-    """orphan_delivery: delivered transactional messages stored in ``[since, until)`` whose
-    msg_id has no half message (``no_half_message``) or whose half message has no resolution
-    and no discard at all (``no_commit``); one anomaly per msg_id."""
-    no_half = F.col("half_timestamp").isNull()
+def _orphaned() -> Column:
+    """A delivered transactional message stored in ``[since, until)`` whose msg_id has no
+    half message, or whose half message has no resolution and no discard at all."""
     no_end = (F.size("resolutions") == 0) & (F.col("discards") == 0)
-    rows = everything.where((F.col("delivered_in_window") > 0) & (no_half | no_end))
-    messages = F.col("orphaned")
-    in_window = F.filter(
+    return (F.col("delivered_in_window") > 0) & (F.col("half_timestamp").isNull() | no_end)
+
+
+def _orphan(params: ReconcileParams) -> Column:
+    """orphan_delivery of an orphaned row (``_orphaned``): ``no_half_message`` or
+    ``no_commit``, naming its delivered messages in the window; one anomaly per msg_id."""
+    no_half = F.col("half_timestamp").isNull()
+    messages = F.filter(
         "delivered_messages",
         lambda m: (
             (m["store_timestamp"] >= params.since_ms) & (m["store_timestamp"] < params.until_ms)
         ),
     )
-    return (
-        rows.select("*", in_window.alias("orphaned"))
-        .select(
-            anomaly_struct(
-                AnomalyKind.ORPHAN_DELIVERY,
-                F.struct(
-                    F.when(no_half, "no_half_message").otherwise("no_commit").alias("reason"),
-                    F.transform(messages, lambda m: m["commit_log_offset"]).alias(
-                        "commit_log_offsets"
-                    ),
-                    F.transform(messages, lambda m: m["store_timestamp"]).alias("store_timestamps"),
-                    F.transform(messages, lambda m: m["topic"]).alias("topics"),
-                ),
-                transaction_id=F.when(no_half, F.lit("")).otherwise(F.col("transaction_id")),
-                producer_group=F.coalesce("producer_group", F.get(messages, 0)["producer_group"]),
-                topic=F.get(messages, 0)["topic"],
-            ).alias("a")
-        )
-        .select("a.*")
+    return anomaly_struct(
+        AnomalyKind.ORPHAN_DELIVERY,
+        F.struct(
+            F.when(no_half, "no_half_message").otherwise("no_commit").alias("reason"),
+            F.transform(messages, lambda m: m["commit_log_offset"]).alias("commit_log_offsets"),
+            F.transform(messages, lambda m: m["store_timestamp"]).alias("store_timestamps"),
+            F.transform(messages, lambda m: m["topic"]).alias("topics"),
+        ),
+        transaction_id=F.when(no_half, F.lit("")).otherwise(F.col("transaction_id")),
+        producer_group=F.coalesce("producer_group", F.get(messages, 0)["producer_group"]),
+        topic=F.get(messages, 0)["topic"],
     )
 
 
