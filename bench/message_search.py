@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -56,6 +57,18 @@ def admin_url(url: str) -> tuple[str, str]:
     """The server's ``postgres`` database URL and the bench database's name."""
     head, _, name = url.rpartition("/")
     return f"{head}/postgres", name or "halfmoon_search_bench"
+
+
+def server_check(url: str) -> None:
+    """Exit with a line saying how to start PostgreSQL when the server of ``url`` does not
+    answer."""
+    try:
+        psycopg.connect(admin_url(url)[0]).close()
+    except psycopg.OperationalError as exc:
+        raise SystemExit(
+            f"PostgreSQL does not answer at {url} ({exc}). Start it (e.g. pg_ctlcluster 15 main "
+            "start) or set DATABASE_URL."
+        ) from None
 
 
 def topic_sql(n: str) -> str:
@@ -111,8 +124,29 @@ def fill(conn: psycopg.Connection, messages: int) -> None:
     conn.autocommit = False
 
 
-def prepare_database(url: str, messages: int, reuse: bool) -> None:
-    """Create, migrate and fill the bench database (unless ``reuse`` finds it filled)."""
+def topic_rows_insert(conn: psycopg.Connection, topic: str, queues: int, messages: int) -> None:
+    """The rows of a user topic of ``queues`` queues whose counters stand after ``messages``
+    messages spread round-robin (message ``n`` on queue ``n % queues``), for a bench's fill."""
+    conn.execute(
+        "INSERT INTO broker_topic (name, queue_nums, system, created_timestamp) "
+        "VALUES (%s, %s, false, 0)",
+        (topic, queues),
+    )
+    conn.execute(
+        "INSERT INTO broker_consumequeue (topic, queue_id, max_offset) "
+        "SELECT %s, q, (%s - q + %s - 1) / %s FROM generate_series(0, %s) AS q",
+        (topic, messages, queues, queues, queues - 1),
+    )
+
+
+def prepare_database(
+    url: str,
+    messages: int,
+    reuse: bool,
+    fill: Callable[[psycopg.Connection, int], None] = fill,
+) -> None:
+    """Create, migrate and fill the bench database with ``fill(conn, messages)`` (this bench's
+    own by default; bench/filters.py passes its own), unless ``reuse`` finds it filled."""
     server, name = admin_url(url)
     with psycopg.connect(server, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
@@ -131,7 +165,7 @@ def prepare_database(url: str, messages: int, reuse: bool) -> None:
         env=env,
         check=True,
     )
-    print(f"filling {name} with {messages:,} messages over 7 days", flush=True)
+    print(f"filling {name} with {messages:,} messages", flush=True)
     started = time.monotonic()
     with psycopg.connect(url) as conn:
         fill(conn, messages)
@@ -151,13 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.messages < 1000 or args.searches < 20:
         parser.error("--messages >= 1000 and --searches >= 20")
     url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
-    try:
-        psycopg.connect(admin_url(url)[0]).close()
-    except psycopg.OperationalError as exc:
-        raise SystemExit(
-            f"PostgreSQL does not answer at {url} ({exc}). Start it (e.g. pg_ctlcluster 15 main "
-            "start) or set DATABASE_URL."
-        ) from None
+    server_check(url)
     prepare_database(url, args.messages, args.reuse)
 
     os.environ["DATABASE_URL"] = url

@@ -70,6 +70,7 @@ class BrokerConf:
     alert_notify_backoff_ms = _BrokerSetting()
     grpc_port = _BrokerSetting()
     grpc_client_expiry_ms = _BrokerSetting()
+    timer_max_delay_sec = _BrokerSetting()
 
     @classmethod
     def env_names(cls) -> set[str]:

@@ -15,6 +15,8 @@ CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "RMQ_SYS_"
+# Where delay and timer messages wait for their time (RocketMQ's rmq_sys_wheel_timer).
+TIMER_TOPIC = "RMQ_SYS_WHEEL_TIMER"
 
 # The internal consumer group whose offsets are the half/Op scan checkpoints.
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
@@ -35,6 +37,8 @@ PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_DISCARD_REASON = "DISCARD_REASON"
 PROPERTY_HALF_QUEUE_OFFSET = "HALF_QUEUE_OFFSET"
 PROPERTY_DELIVERY_ATTEMPT = "DELIVERY_ATTEMPT"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 
 # Properties a producer may not set: the broker owns them.
 RESERVED_PROPERTIES = frozenset(
@@ -51,6 +55,8 @@ RESERVED_PROPERTIES = frozenset(
         PROPERTY_DISCARD_REASON,
         PROPERTY_HALF_QUEUE_OFFSET,
         PROPERTY_DELIVERY_ATTEMPT,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_DELAY_TIME_LEVEL,
         "KEYS",
         "TAGS",
     }
@@ -72,6 +78,9 @@ MSG_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 RECEIVE_MAX_MESSAGES = (1, 32)
 RECEIVE_INVISIBLE_DURATION_MS = (10_000, 43_200_000)
 RECEIVE_WAIT_MS = (0, 30_000)
+
+# The name of Halfmoon's one broker: in gRPC routes and in recall handles (RocketMQ brokerName).
+BROKER_NAME = "halfmoon"
 
 # The status of a stored send (SendStatus.SEND_OK): api-v1's answer to a send and a half message.
 SEND_OK = "SEND_OK"

@@ -80,6 +80,7 @@ NotFoundKind = Literal[
     "alert_rule",
     "access_key",
     "alert_receiver",
+    "scheduled_message",
 ]
 
 # What each kind is called in the message, and the details key naming it (api-v1 error codes
@@ -93,6 +94,7 @@ _NOT_FOUND: dict[NotFoundKind, tuple[str, str]] = {
     "alert_rule": ("Alert rule", "name"),
     "access_key": ("Access key", "name"),
     "alert_receiver": ("Alert receiver", "name"),
+    "scheduled_message": ("Scheduled message", "msg_id"),
 }
 
 

@@ -31,6 +31,7 @@ from broker.selectors.metrics import (
 )
 from broker.selectors.overview import oldest_pending_per_group, pending_check_times_by_group
 from broker.selectors.reachability import GroupReachability, producer_group_reachability
+from broker.selectors.scheduled_messages import scheduled_waiting
 from broker.selectors.topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 
@@ -152,6 +153,7 @@ def alerting_families(
     - ``halfmoon_consumer_group_lag{consumer_group,topic}`` and
       ``halfmoon_consumer_group_dlq_messages{consumer_group}`` (the consumer groups page's
       figures).
+    - ``scheduled_families``: the delay and timer messages waiting, the earliest due time.
     """
     oldest = {row.producer_group: row for row in oldest_pending_per_group(now_ms())}
     names = sorted({g.name for g in groups} | set(oldest))
@@ -233,6 +235,28 @@ def alerting_families(
         dlq.add_metric([row.group.name], row.dlq)
     yield lag
     yield dlq
+    yield from scheduled_families()
+
+
+def scheduled_families() -> Iterator[GaugeMetricFamily]:
+    """``halfmoon_scheduled_messages``: delay and timer messages waiting for their time;
+    ``halfmoon_scheduled_next_due_timestamp_seconds``: the earliest one's due time (absent
+    when none waits). Past due for long, the timer is not running or is behind."""
+    counts = scheduled_waiting()
+    yield GaugeMetricFamily(
+        "halfmoon_scheduled_messages",
+        "Delay and timer messages waiting for their time (SCHEDULED)",
+        value=counts.waiting,
+    )
+    next_due = GaugeMetricFamily(
+        "halfmoon_scheduled_next_due_timestamp_seconds",
+        "Due time (Unix time, s) of the earliest scheduled message; time() minus this is how "
+        "late the timer is when positive",
+        labels=[],
+    )
+    if counts.next_due is not None:
+        next_due.add_metric([], counts.next_due / 1000)
+    yield next_due
 
 
 def _group_family(

@@ -16,6 +16,7 @@ from console.views import (
     messages,
     overview,
     reconciliation,
+    scheduled,
     topology,
     transactions,
 )
@@ -28,6 +29,7 @@ urlpatterns = typed_routes(
         *overview.urlpatterns,
         *transactions.urlpatterns,
         *messages.urlpatterns,
+        *scheduled.urlpatterns,
         *exports.urlpatterns,
         *actions.urlpatterns,
         *audit.urlpatterns,

@@ -215,6 +215,7 @@ SPECTACULAR_SETTINGS = {
         "AlertReceiverKindEnum": "broker.api.serializers.alert_receivers.RECEIVER_KINDS",
         "BulkActionStateEnum": "broker.api.serializers.bulk.BULK_STATES",
         "AlertStateEnum": "broker.api.serializers.alert_history.ALERT_STATES",
+        "ScheduledStateEnum": "broker.api.serializers.scheduled_messages.SCHEDULED_STATES",
     },
 }
 

@@ -86,6 +86,9 @@ class CheckServer:
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
+                if len(raw) < length:  # the sender went away mid-request (killed): none arrived
+                    self.close_connection = True
+                    return
                 try:
                     body: Any = json.loads(raw)
                 except ValueError:

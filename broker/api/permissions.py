@@ -15,6 +15,7 @@ from rest_framework.permissions import BasePermission
 
 from broker.errors import Forbidden
 from broker.lookups import producer_group_require
+from broker.services.access.callers import Caller
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through its settings
     from rest_framework.request import Request
@@ -123,3 +124,16 @@ def sender_group(request: Request, group: str) -> str:
         producer_group_require(group)
         return group
     return min(request.user.producer_groups) if request.user.producer_groups else ""
+
+
+def request_caller(request: Request) -> Caller:
+    """The caller behind the request's access key as the services judge a caller outside HTTP
+    (``broker.services.access.callers.Caller``: admin, or its producer and consumer groups), so
+    that a rule written for gRPC's callers (a recall's) is the API's too."""
+    user = request.user
+    return Caller(
+        name=user.name,
+        is_admin=user.is_admin,
+        producer_groups=frozenset(user.producer_groups),
+        consumer_groups=frozenset(user.consumer_groups),
+    )

@@ -19,6 +19,7 @@ from broker.api.serializers.incident_export import SCOPES
 from broker.constants import RESERVED_PROPERTIES
 from broker.models import AlertReceiver
 from broker.rules.checks import MAX_CHECK_IMMUNITY_SECONDS
+from broker.rules.timers import DELAY_LEVELS_MS
 
 NO_NUL_PATTERN = "^[^\\u0000]*$"
 """A string without NUL (U+0000): DRF's CharField refuses it, PostgreSQL cannot store it."""
@@ -46,8 +47,12 @@ class MessageInSchema(OpenApiSerializerExtension):
     """``MessageInSerializer`` and its subclasses (send, half message): "exactly one of body or
     body_base64" as a ``oneOf`` of the two required sets, ``body_base64`` as ``format: byte``
     (``MessageInSerializer.validate`` refuses invalid base64), property names non-empty and
-    none of ``RESERVED_PROPERTIES`` (``validate_message``), and a half message's
-    ``check_immunity_seconds`` within 0..``MAX_CHECK_IMMUNITY_SECONDS`` (the service's 400)."""
+    none of ``RESERVED_PROPERTIES`` (``validate_message``), a half message's
+    ``check_immunity_seconds`` within 0..``MAX_CHECK_IMMUNITY_SECONDS`` (the service's 400),
+    a send's ``delay_level`` within 1..18 (400 ``illegal_delay_level``) and not with
+    ``deliver_at`` (400 ``delivery_time_conflict``), and the fields a serializer declares
+    only to refuse them (``refused_fields``: a half message's delivery time) left out and
+    forbidden."""
 
     target_class = "broker.api.serializers.messages.MessageInSerializer"
     match_subclasses = True
@@ -70,6 +75,15 @@ class MessageInSchema(OpenApiSerializerExtension):
                 schema["properties"]["check_immunity_seconds"].update(
                     minimum=0, maximum=MAX_CHECK_IMMUNITY_SECONDS
                 )
+            refused = getattr(self.target, "refused_fields", ())
+            for name in refused:  # 400 message_type_conflict when present
+                schema["properties"].pop(name, None)
+            if refused:
+                schema["not"] = {"anyOf": [{"required": [name]} for name in refused]}
+            elif "delay_level" in schema["properties"]:
+                # Checked by the service (400 illegal_delay_level, delivery_time_conflict).
+                schema["properties"]["delay_level"].update(minimum=1, maximum=len(DELAY_LEVELS_MS))
+                schema["not"] = {"required": ["deliver_at", "delay_level"]}
             schema["description"] = ONE_BODY_DESCRIPTION
         return schema
 

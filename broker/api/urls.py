@@ -62,6 +62,13 @@ from broker.api.views.reconciliation import (
     ReconciliationRunLatestView,
     ReconciliationRunListView,
 )
+from broker.api.views.scheduled_messages import (
+    ScheduledMessageDetailView,
+    ScheduledMessageListView,
+    ScheduledMessageOperatorRecallView,
+    ScheduledMessageRecallView,
+)
+from broker.api.views.subscriptions import ConsumerGroupSubscriptionsView
 from broker.api.views.topology import (
     ConsumerGroupDetailView,
     ConsumerGroupListCreateView,
@@ -119,12 +126,31 @@ _ROUTES = [
     ("messages/<msgid:msg_id>", MessageDetailView, "message-detail"),
     ("messages/<msgid:msg_id>/deliveries", MessageDeliveriesView, "message-deliveries"),
     ("message-search", MessageSearchView, "message-search"),
+    # Delay and timer messages; the producer's recall before ``<msgid:msg_id>``, which its
+    # fixed path would otherwise match as a msg id.
+    ("scheduled-messages", ScheduledMessageListView, "scheduled-message-list"),
+    ("scheduled-messages/recall", ScheduledMessageRecallView, "scheduled-message-recall"),
+    (
+        "scheduled-messages/<msgid:msg_id>",
+        ScheduledMessageDetailView,
+        "scheduled-message-detail",
+    ),
+    (
+        "scheduled-messages/<msgid:msg_id>/recall",
+        ScheduledMessageOperatorRecallView,
+        "scheduled-message-operator-recall",
+    ),
     ("incident-exports", IncidentExportView, "incident-export"),
     ("consumer-groups", ConsumerGroupListCreateView, "consumer-group-list"),
     ("consumer-groups/<name:name>", ConsumerGroupDetailView, "consumer-group-detail"),
     ("consumer-groups/<name:group>/receive", ReceiveView, "consumer-receive"),
     ("consumer-groups/<name:group>/ack", AckView, "consumer-ack"),
     ("consumer-groups/<name:name>/clients", ConsumerGroupClientsView, "consumer-group-clients"),
+    (
+        "consumer-groups/<name:name>/subscriptions",
+        ConsumerGroupSubscriptionsView,
+        "consumer-group-subscriptions",
+    ),
     (
         "consumer-groups/<name:group>/change-invisible-duration",
         ChangeInvisibleDurationView,

@@ -15,7 +15,11 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from broker.constants import RESERVED_PROPERTIES, SYS_FLAG_TRANSACTION_PREPARED_TYPE
+from broker.constants import (
+    PROPERTY_TIMER_DELIVER_MS,
+    RESERVED_PROPERTIES,
+    SYS_FLAG_TRANSACTION_PREPARED_TYPE,
+)
 from broker.errors import (
     Conflict,
     Forbidden,
@@ -28,6 +32,9 @@ from broker.errors import (
 )
 from broker.models import ClientConnection, Message
 from broker.plumbing.database_status import DATABASE_UNAVAILABLE_ERRORS
+from broker.rules.filters import FilterExpression
+from broker.rules.timers import timestamp_ms as delivery_ms
+from broker.services.consumption.subscriptions import subscription_filter
 
 logger = logging.getLogger("halfmoon.grpc")
 
@@ -53,6 +60,12 @@ _CODES: dict[str, int] = {
     "invalid_msg_id": Code.ILLEGAL_MESSAGE_ID,
     "reserved_property": Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
     "invalid_properties": Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    "illegal_filter_expression": Code.ILLEGAL_FILTER_EXPRESSION,
+    "illegal_delivery_time": Code.ILLEGAL_DELIVERY_TIME,
+    "message_type_conflict": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    "invalid_recall_handle": Code.BAD_REQUEST,
+    "scheduled_message_not_found": Code.NOT_FOUND,  # not MESSAGE_NOT_FOUND: the clients take it as OK
+    "recall_too_late": Code.PRECONDITION_FAILED,
 }
 
 # The rest by error class, most specific first.
@@ -102,6 +115,21 @@ def timestamp_ms(ms: int) -> Timestamp:
 def duration_ms(value: Duration) -> int:
     """A protobuf ``Duration`` in whole milliseconds."""
     return value.seconds * 1000 + value.nanos // 1_000_000
+
+
+_FILTER_TYPES = {pb.FilterType.SQL: "SQL92"}  # TAG and FILTER_TYPE_UNSPECIFIED: TAG
+
+
+def filter_of(expression: pb.FilterExpression) -> FilterExpression:
+    """A gRPC ``FilterExpression`` (``{type: TAG | SQL, expression}``, sent by the clients in
+    each ReceiveMessage and in their telemetry subscriptions) as the broker's filter; an unset
+    one is TAG ``*`` (the clients' default).
+
+    Raises:
+        InvalidInput: ``illegal_filter_expression`` (answered ILLEGAL_FILTER_EXPRESSION).
+    """
+    kind = _FILTER_TYPES.get(expression.type, "TAG")
+    return subscription_filter(type=kind, expression=expression.expression or "*")
 
 
 def endpoints_of(endpoint: str) -> pb.Endpoints:
@@ -159,26 +187,26 @@ def message_proto(
     """``message`` as a client reads it: topic (``topic`` if given: a half message's real
     topic), body, user properties (the broker's own keys left out), and system properties:
     message id (its msg_id), tag, keys, MD5 body digest, encoding IDENTITY, message type
-    (TRANSACTION for a half message or one delivered by a commit, else NORMAL), born and store
+    (TRANSACTION for a half message or one delivered by a commit; DELAY, with its
+    ``delivery_timestamp``, for a delay message the timer delivered, which carries
+    ``TIMER_DELIVER_MS``, as RocketMQ's proxy answers; else NORMAL), born and store
     timestamps, queue id and offset, and when delivered the receipt handle and delivery attempt.
     """
     body = bytes(message.body)
+    due = _delivered_at(message)
     system = pb.SystemProperties(
         message_id=message.msg_id,
         body_digest=body_digest(body),
         body_encoding=pb.Encoding.IDENTITY,
-        message_type=(
-            pb.MessageType.TRANSACTION
-            if message.sys_flag == SYS_FLAG_TRANSACTION_PREPARED_TYPE
-            or message.prepared_transaction_offset is not None
-            else pb.MessageType.NORMAL
-        ),
+        message_type=_message_type(message, due),
         born_timestamp=timestamp_ms(message.born_timestamp),
         born_host="",
         store_timestamp=timestamp_ms(message.store_timestamp),
         queue_id=message.queue_id,
         queue_offset=message.queue_offset,
     )
+    if system.message_type == pb.MessageType.DELAY and due is not None:
+        system.delivery_timestamp.CopyFrom(timestamp_ms(due))
     if message.tags:
         system.tag = message.tags
     if message.keys:
@@ -198,6 +226,27 @@ def message_proto(
     )
 
 
+def _message_type(message: Message, due: int | None) -> int:
+    """TRANSACTION for a half message or one a commit delivered, DELAY for a delay message the
+    timer delivered (``due`` its time), else NORMAL."""
+    if (
+        message.sys_flag == SYS_FLAG_TRANSACTION_PREPARED_TYPE
+        or message.prepared_transaction_offset is not None
+    ):
+        return pb.MessageType.TRANSACTION
+    return pb.MessageType.DELAY if due is not None else pb.MessageType.NORMAL
+
+
+def _delivered_at(message: Message) -> int | None:
+    """The due time (ms) of a delay message the timer delivered (its ``TIMER_DELIVER_MS``), or
+    None for any other message."""
+    value = (message.properties or {}).get(PROPERTY_TIMER_DELIVER_MS)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class Outgoing:
     """A message a client sends (``SendMessageRequest.messages`` item), decoded."""
@@ -210,6 +259,8 @@ class Outgoing:
     keys: str
     properties: dict[str, str]
     check_immunity_seconds: int | None
+    delivery_timestamp: int | None = None
+    """When a DELAY message is due (ms since the epoch), from ``delivery_timestamp``."""
 
     def send_arguments(self) -> dict[str, Any]:
         """The keyword arguments ``message_send`` and ``transaction_prepare`` share; the body
@@ -234,7 +285,8 @@ def outgoing_of(message: pb.Message) -> Outgoing:
     """Decode a message a client sends: GZIP bodies are inflated (the Python client compresses
     none; a body sent GZIP is stored as sent before compression); keys joined by spaces;
     ``orphaned_transaction_recovery_duration`` in whole seconds (the check immunity) when
-    set.
+    set; ``delivery_timestamp`` in ms when set (``broker.rules.timers.timestamp_ms``: seconds
+    above 1e11 are read as ms, the Python client 5.1.2 writing its ms there).
 
     Raises:
         InvalidInput: a GZIP body that does not inflate.
@@ -251,6 +303,9 @@ def outgoing_of(message: pb.Message) -> Outgoing:
     immunity = None
     if system.HasField("orphaned_transaction_recovery_duration"):
         immunity = system.orphaned_transaction_recovery_duration.seconds
+    due = None
+    if system.HasField("delivery_timestamp"):
+        due = delivery_ms(system.delivery_timestamp.seconds, system.delivery_timestamp.nanos)
     return Outgoing(
         topic=message.topic.name,
         msg_id=system.message_id,
@@ -260,4 +315,5 @@ def outgoing_of(message: pb.Message) -> Outgoing:
         keys=" ".join(k for k in system.keys if k),
         properties=dict(message.user_properties),
         check_immunity_seconds=immunity,
+        delivery_timestamp=due,
     )

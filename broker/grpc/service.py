@@ -6,7 +6,7 @@ with a status, never a gRPC error, as the clients expect. The handlers live by c
 ``broker.grpc.calls``; ``MessagingService`` composes them.
 
 The calls Halfmoon does not serve (PullMessage, UpdateOffset, GetOffset, QueryOffset,
-RecallMessage, SyncLiteSubscription) answer gRPC UNIMPLEMENTED with a message saying so.
+SyncLiteSubscription) answer gRPC UNIMPLEMENTED with a message saying so.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 
 from broker.grpc.calls.consumers import ConsumerCalls
 from broker.grpc.calls.producers import ProducerCalls
+from broker.grpc.calls.recall import RecallCalls
 from broker.grpc.calls.routes import RouteCalls
 from broker.grpc.calls.telemetry import TelemetryCalls
 from broker.grpc.convert import endpoints_of
@@ -31,6 +32,7 @@ from broker.services.commitlog.batch import transaction_end_batch, transaction_p
 class MessagingService(
     RouteCalls,
     ProducerCalls,
+    RecallCalls,
     ConsumerCalls,
     TelemetryCalls,
     service_pb2_grpc.MessagingServiceServicer,
@@ -53,8 +55,8 @@ class MessagingService(
     async def _unimplemented(self, context: grpc.aio.ServicerContext, call: str) -> None:
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED,
-            f"Halfmoon does not serve {call}: it serves RocketMQ's transactional and normal "
-            "messages to producers, SimpleConsumers and PushConsumers.",
+            f"Halfmoon does not serve {call}: it serves RocketMQ's transactional, normal and "
+            "delay messages to producers, SimpleConsumers and PushConsumers.",
         )
 
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -68,9 +70,6 @@ class MessagingService(
 
     async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._unimplemented(context, "QueryOffset")
-
-    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._unimplemented(context, "RecallMessage")
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._unimplemented(context, "SyncLiteSubscription")

@@ -2,8 +2,8 @@
 
 - ``Message`` is the commit log: every stored message, whatever its topic, with its physical
   offset (``commit_log_offset``, the primary key: unique and increasing, like RocketMQ's
-  physical offset, though not a byte position). Half messages live on
-  ``RMQ_SYS_TRANS_HALF_TOPIC``, Op messages on ``RMQ_SYS_TRANS_OP_HALF_TOPIC``.
+  physical offset, though not a byte position). Half messages live on ``RMQ_SYS_TRANS_HALF_TOPIC``,
+  Op messages on ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, delay messages on ``RMQ_SYS_WHEEL_TIMER``.
 - ``ConsumeQueue`` is the per-queue counter: ``max_offset`` is the next queue offset of that
   queue. An append takes the row lock with ``UPDATE ... RETURNING`` in the same database
   transaction as the insert, so queue offsets are gap-free, and since the lock is held until
@@ -12,7 +12,7 @@
 - ``Transaction`` is derived state over the half and Op logs (what a scan needs to find due
   checks with an index read); ``Resolution`` is the one-per-half-message record behind each Op
   message; ``TransactionEvent`` the audit trail of checks, discards and operator actions.
-- ``ConsumerOffset`` and ``Delivery`` give RocketMQ 5 SimpleConsumer semantics.
+- ``ConsumerOffset``, ``Delivery``: SimpleConsumer semantics; ``ScheduledMessage``: delays.
 """
 
 # The models by area; every name is importable from ``broker.models`` as before.
@@ -23,13 +23,14 @@ from broker.models.audit import AuditEntry, AuditTarget  # noqa: F401
 from broker.models.base import model_from_row, model_new  # noqa: F401
 from broker.models.commitlog import MULTI_KEYS, ConsumeQueue, Message, Topic, keys_array  # noqa: F401
 from broker.models.consumption import ClientConnection, ConsumerOffset, Delivery, DeliveryEvent  # noqa: F401
-from broker.models.groups import ConsumerGroup, ProducerGroup  # noqa: F401
+from broker.models.groups import ConsumerGroup, ProducerGroup, Subscription  # noqa: F401
 from broker.models.metrics import MetricRollup, MetricWatermark, ScanLease  # noqa: F401
 from broker.models.reconciliation import (  # noqa: F401
     ReconciliationAnalytics,
     ReconciliationAnomaly,
     ReconciliationRun,
 )
+from broker.models.timers import ScheduledMessage  # noqa: F401
 from broker.models.transactions import CheckRequest, Resolution, Transaction, TransactionEvent  # noqa: F401
 
 # The migrations name the clock ``broker.models.now_ms`` as their fields' default.
@@ -65,6 +66,8 @@ __all__ = [
     "ReconciliationRun",
     "Resolution",
     "ScanLease",
+    "ScheduledMessage",
+    "Subscription",
     "Topic",
     "Transaction",
     "TransactionEvent",

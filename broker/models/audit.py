@@ -47,6 +47,7 @@ class AuditEntry(models.Model):
         RESEND_DEAD_LETTER = "resend-dead-letter"  # one dead letter's original, to its group
         RESEND_DEAD_LETTERS = "resend-dead-letters"  # a frozen set of them (targets: the DLQ
         # copies, AuditTarget.commit_log_offset), run by a Celery task with live progress
+        RECALL_MESSAGE = "recall-message"  # a scheduled message taken back before its time
 
     class State(models.TextChoices):
         DONE = "done"

@@ -108,6 +108,13 @@ class Message(models.Model):
             GinIndex(keys_array(), name="message_multi_keys", condition=MULTI_KEYS),
             # The archive export (broker.services.archive) reads closed time segments.
             models.Index(fields=["store_timestamp"], name="message_store_time"),
+            # A receive with a tag filter (broker.services.consumption.receive): a queue's
+            # messages of one tag in queue order, so the filter reads only what it delivers.
+            models.Index(
+                fields=["topic", "queue_id", "tags", "queue_offset"],
+                name="message_queue_tag",
+                condition=~Q(tags=""),
+            ),
             # The message search by topic and time (broker.selectors.message_search).
             models.Index(fields=["topic", "store_timestamp"], name="message_topic_store_time"),
         ]

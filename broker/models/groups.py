@@ -50,3 +50,31 @@ class ConsumerGroup(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Subscription(models.Model):
+    """A consumer group's filter of a topic (RocketMQ ``SubscriptionData``: expression type and
+    expression): the last one its consumers received with (a receive's filter, a gRPC
+    client's telemetry settings). Shown with the group; the console's message page reads it to
+    say where a group's filter rejected a message."""
+
+    class ExpressionType(models.TextChoices):
+        TAG = "TAG"
+        SQL92 = "SQL92"
+
+    consumer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127)
+    expression_type = models.CharField(
+        max_length=8, choices=ExpressionType.choices, default=ExpressionType.TAG
+    )
+    expression = models.TextField(default="*")
+    updated_timestamp = models.BigIntegerField(default=now_ms)
+
+    class Meta:
+        ordering = ["consumer_group", "topic"]
+        constraints = [
+            models.UniqueConstraint(fields=["consumer_group", "topic"], name="one_subscription")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group} {self.topic} {self.expression_type} {self.expression}"

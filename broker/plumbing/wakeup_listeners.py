@@ -77,6 +77,20 @@ class SyncListener:
                 return True
         return False
 
+    def drain(self) -> int:
+        """Read the wake-ups already arrived without waiting; return how many."""
+        read = 0
+        while self._pubsub is not None:
+            try:
+                message = self._pubsub.get_message(timeout=0)
+            except (RedisError, OSError):
+                self._close()
+                break
+            if message is None:
+                break
+            read += message["type"] == "message"
+        return read
+
     def _close(self) -> None:
         if self._pubsub is not None:
             try:

@@ -9,6 +9,8 @@ Channels (one per thing waited for; the payload is ignored):
   per topic and consumer group: every consumer group of the topic has a new message, and a
   channel per subscription would need the broker to know the groups at commit time.
 - ``check_requests_channel(producer_group)``: a back-check was queued for a polling group.
+- ``timers_channel()``: a delay or timer message was scheduled (the timer re-reads its next
+  due time).
 
 More: docs/design.md, "Module notes", broker/plumbing/wakeups.py."""
 
@@ -52,6 +54,13 @@ def check_requests_channel(producer_group: str) -> str:
     """The wake-up channel of a polling producer group's check requests:
     ``halfmoon:wakeup:<db>:checks:<producer_group>``."""
     return f"{_channel_prefix()}checks:{producer_group}"
+
+
+def timers_channel() -> str:
+    """The wake-up channel of the timer (``broker.services.timers.runner``): a delay or timer
+    message was scheduled, perhaps earlier than the one it sleeps until:
+    ``halfmoon:wakeup:<db>:timers``."""
+    return f"{_channel_prefix()}timers"
 
 
 class _Pending:

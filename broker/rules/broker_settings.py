@@ -290,3 +290,14 @@ BROKER_SETTINGS += (
         1000,
     ),
 )
+
+BROKER_SETTINGS += (
+    BrokerSetting(
+        "HALFMOON_TIMER_MAX_DELAY_SEC",
+        259200,
+        "timerMaxDelaySec",
+        "A delay or timer message may be due at most this far ahead (seconds; 3 days).",
+        1,
+        unit="s",
+    ),
+)

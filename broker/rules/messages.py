@@ -4,8 +4,9 @@ The commit log holds every message the broker stores, not only those consumers r
 (RocketMQ's CommitLog): half messages on ``RMQ_SYS_TRANS_HALF_TOPIC``, Op messages on
 ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, half messages discarded after the check max on
 ``TRANS_CHECK_MAX_TIME_TOPIC``, dead letters on ``%DLQ%{group}``, retries on ``%RETRY%{group}``,
-and on user topics the committed copies of transactional messages (``prepared_transaction_offset``
-names their half message) and normal messages.
+delay and timer messages as sent on ``RMQ_SYS_WHEEL_TIMER``, and on user topics the committed
+copies of transactional messages (``prepared_transaction_offset`` names their half message)
+and normal messages (a delay message's copy the timer delivered among them).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from broker.constants import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
+    TIMER_TOPIC,
 )
 
 
@@ -29,6 +31,7 @@ class MessageKind(StrEnum):
     RETRY = "retry"  # a copy on %RETRY%{group}
     COMMITTED = "committed"  # a transactional message delivered to its topic by its commit
     NORMAL = "normal"  # a message sent without a transaction
+    SCHEDULED = "scheduled"  # a delay or timer message as sent, on RMQ_SYS_WHEEL_TIMER
 
 
 MESSAGE_KIND_TEXT: dict[MessageKind, str] = {
@@ -39,6 +42,7 @@ MESSAGE_KIND_TEXT: dict[MessageKind, str] = {
     MessageKind.RETRY: "retry",
     MessageKind.COMMITTED: "committed transactional message",
     MessageKind.NORMAL: "normal message",
+    MessageKind.SCHEDULED: "scheduled message as sent",
 }
 """Each kind in words, for pages and exports."""
 
@@ -54,6 +58,8 @@ def message_kind(topic: str, prepared_transaction_offset: int | None) -> Message
         return MessageKind.OP
     if topic == CHECK_MAX_TIME_TOPIC:
         return MessageKind.DISCARDED
+    if topic == TIMER_TOPIC:
+        return MessageKind.SCHEDULED
     if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
         return MessageKind.DEAD_LETTER
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -72,6 +78,7 @@ class DeliveryState(StrEnum):
     REDELIVERY_DUE = "redelivery_due"  # its invisible time is over: the next receive takes it
     WAITING = "waiting"  # not received yet: at or past the group's offset in its queue
     PASSED = "passed"  # behind the group's offset with nothing journalled (skipped, or pruned)
+    FILTERED_OUT = "filtered_out"  # the group's filter rejects it: never delivered, consumed
 
 
 DELIVERY_STATE_TEXT: dict[DeliveryState, str] = {
@@ -81,11 +88,17 @@ DELIVERY_STATE_TEXT: dict[DeliveryState, str] = {
     DeliveryState.REDELIVERY_DUE: "due for redelivery",
     DeliveryState.WAITING: "not received yet",
     DeliveryState.PASSED: "passed by the group's offset, never received",
+    DeliveryState.FILTERED_OUT: "filtered out by the group's subscription",
 }
 
 
 def delivery_state(
-    *, last_event: str | None, invisible_until: int | None, offset_passed: bool, now: int
+    *,
+    last_event: str | None,
+    invisible_until: int | None,
+    offset_passed: bool,
+    now: int,
+    filtered_out: bool = False,
 ) -> DeliveryState:
     """Where a message stands with a consumer group.
 
@@ -96,9 +109,11 @@ def delivery_state(
             for it, None when there is none (never taken, acked or dead-lettered).
         offset_passed: the group's offset in the message's queue is past its queue offset.
         now: the clock (ms).
+        filtered_out: the group's subscription of the topic rejects the message.
 
     A ``Delivery`` row decides first (it is what the next receive acts on); then the journal;
-    a message nothing journalled is waiting, or passed when the offset has moved beyond it.
+    a message nothing journalled is filtered out when the group's filter rejects it (RocketMQ:
+    consumed, never delivered), else waiting, or passed when the offset has moved beyond it.
     """
     if invisible_until is not None:
         return DeliveryState.IN_FLIGHT if invisible_until > now else DeliveryState.REDELIVERY_DUE
@@ -106,6 +121,8 @@ def delivery_state(
         return DeliveryState.ACKED
     if last_event == "dead_lettered":
         return DeliveryState.DEAD_LETTERED
+    if filtered_out and last_event is None:
+        return DeliveryState.FILTERED_OUT
     if offset_passed:
         return DeliveryState.PASSED
     return DeliveryState.WAITING

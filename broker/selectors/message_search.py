@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import F, Q, QuerySet
 
+from broker.constants import TIMER_TOPIC
 from broker.models import (
     ARCHIVE_WATERMARK,
     ArchiveSegment,
@@ -25,10 +26,13 @@ from broker.models import (
     Delivery,
     DeliveryEvent,
     Message,
+    ScheduledMessage,
     Transaction,
 )
 from broker.rules.messages import DeliveryState, MessageKind, delivery_state, message_kind
 from broker.selectors.queries import key_match
+from broker.selectors.scheduled_messages import scheduled_of_messages
+from broker.selectors.subscriptions import groups_filtering_out
 
 SEARCH_PAGE_DEFAULT = 50
 SEARCH_PAGE_MAX = 200
@@ -42,8 +46,10 @@ class MessageQuery:
     ``topic``, ``tag``: exact; ``key``: one of the message's keys; ``msg_id``: its msg id,
     which for a transactional message is also its transaction id (UNIQ_KEY: the half message,
     its committed copy and its dead letters share it); ``start_ms`` / ``end_ms``: store time
-    range ``[start_ms, end_ms)``, ms; ``producer_groups``: only messages those groups sent
-    (None: any group; an access key's rights).
+    range ``[start_ms, end_ms)``, ms; ``scheduled_state``: only delay and timer messages as
+    sent (on ``RMQ_SYS_WHEEL_TIMER``) whose ``ScheduledMessage`` is in that state
+    (``SCHEDULED``, ``DELIVERED``, ``RECALLED``); ``producer_groups``: only messages those
+    groups sent (None: any group; an access key's rights).
     """
 
     topic: str = ""
@@ -52,6 +58,7 @@ class MessageQuery:
     msg_id: str = ""
     start_ms: int | None = None
     end_ms: int | None = None
+    scheduled_state: str = ""
     producer_groups: frozenset[str] | None = None
 
     def filter(self) -> Q:
@@ -69,6 +76,9 @@ class MessageQuery:
             condition &= Q(store_timestamp__gte=self.start_ms)
         if self.end_ms is not None:
             condition &= Q(store_timestamp__lt=self.end_ms)
+        if self.scheduled_state:
+            in_state = ScheduledMessage.objects.filter(state=self.scheduled_state)
+            condition &= Q(topic=TIMER_TOPIC, commit_log_offset__in=in_state.values("pk"))
         if self.producer_groups is not None:
             condition &= Q(producer_group__in=sorted(self.producer_groups))
         return condition
@@ -117,13 +127,16 @@ class ArchiveNote:
 @dataclass
 class MessagePage:
     """One page of a search, newest first: ``messages`` (bodies not loaded), the cursors of the
-    older (``next_before``) and newer (``previous_after``) pages (None at either end), and the
-    archive note when the search reaches before what the database holds."""
+    older (``next_before``) and newer (``previous_after``) pages (None at either end), the
+    archive note when the search reaches before what the database holds, and ``scheduled``:
+    the ``ScheduledMessage`` of each message that is a delay message as sent or the copy the
+    timer delivered, by commit log offset (``scheduled_of_messages``)."""
 
     messages: list[Message] = field(default_factory=list)
     next_before: SearchCursor | None = None
     previous_after: SearchCursor | None = None
     archive: ArchiveNote | None = None
+    scheduled: dict[int, ScheduledMessage] = field(default_factory=dict)
 
     def kinds(self) -> list[tuple[Message, MessageKind]]:
         """Each message with its kind (``broker.rules.messages.message_kind``)."""
@@ -164,8 +177,9 @@ def message_search_page(
 ) -> MessagePage:
     """A page of ``query``'s messages: the newest ``per_page`` older than ``before``, or the
     oldest ``per_page`` newer than ``after`` (shown newest first), or the first page. One
-    query, plus one for the cursor of the other side, plus two for the archive note when the
-    search reaches before the prune (``archive_note``).
+    query, plus one for the cursor of the other side, one for the page's scheduled messages,
+    plus two for the archive note when the search reaches before the prune
+    (``archive_note``).
     """
     qs = messages_search(query)
     if after is not None:
@@ -180,7 +194,7 @@ def message_search_page(
         more_older = len(rows) > per_page
         messages = rows[:per_page]
         more_newer = before is not None
-    page = MessagePage(messages=messages)
+    page = MessagePage(messages=messages, scheduled=scheduled_of_messages([m.pk for m in messages]))
     if messages and more_older:
         page.next_before = SearchCursor.of(messages[-1])
     if messages and more_newer:
@@ -232,9 +246,10 @@ class GroupDelivery:
 
 def message_deliveries(message: Message, *, now: int) -> list[GroupDelivery]:
     """Every consumer group that consumes the message's topic (a queue offset on it) or has
-    journalled the message, by name, with where the message stands with it. Three queries
+    journalled the message, by name, with where the message stands with it. Four queries
     (the journal by ``delivery_event_message``, the ``Delivery`` rows, the groups' offsets of
-    its queue)."""
+    its queue, the topic's subscriptions) and one per group filtering the topic
+    (``groups_filtering_out``)."""
     events: dict[str, list[DeliveryEvent]] = {}
     for event in DeliveryEvent.objects.filter(commit_log_offset=message.pk).order_by(
         "timestamp", "id"
@@ -250,6 +265,7 @@ def message_deliveries(message: Message, *, now: int) -> list[GroupDelivery]:
         .exclude(consumer_group__startswith="CID_RMQ_SYS_")
         .values_list("consumer_group", "offset")
     )
+    filtered = groups_filtering_out(message)
     out = []
     for group in sorted(set(events) | set(in_flight) | set(offsets)):
         journal = events.get(group, [])
@@ -260,6 +276,7 @@ def message_deliveries(message: Message, *, now: int) -> list[GroupDelivery]:
             invisible_until=in_flight.get(group),
             offset_passed=offsets.get(group, 0) > message.queue_offset,
             now=now,
+            filtered_out=group in filtered,
         )
         out.append(
             GroupDelivery(

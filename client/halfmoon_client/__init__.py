@@ -4,7 +4,8 @@ only ``httpx`` (no Django, nothing of the broker): ``pip install ./client``.
 - ``TransactionProducer`` (``producer``): RocketMQ's ``TransactionMQProducer``, with batches
   (``batcher``) and back-checks served (``check_server``) or long-polled (``check_poller``);
 - ``TransactionListener`` (``listener``), ``LocalTransactionState`` (``states``, ``UNKNOW``);
-- ``SimpleConsumer`` (``consumer``): RocketMQ 5's SimpleConsumer, receive then ack;
+- ``SimpleConsumer`` (``consumer``): RocketMQ 5's SimpleConsumer, receive then ack, with a
+  ``FilterExpression`` (``filters``: TAG or SQL92, applied by the broker);
 - ``HalfmoonAdmin`` (``admin``): the operator endpoints the seed demo needs;
 - ``signing``: the back-check signature, shared with the broker;
 - ``examples.seed_demo``: RocketMQ's transaction example.
@@ -18,6 +19,7 @@ from halfmoon_client.admin import HalfmoonAdmin
 from halfmoon_client.check_server import CHECK_PATH
 from halfmoon_client.consumer import SimpleConsumer
 from halfmoon_client.errors import HalfmoonConnectionError, HalfmoonError
+from halfmoon_client.filters import SUB_ALL, FilterExpression, FilterExpressionType
 from halfmoon_client.listener import CheckCallback, TransactionListener
 from halfmoon_client.messages import Message, MessageView, SendResult, TransactionSendResult
 from halfmoon_client.producer import TransactionProducer
@@ -30,7 +32,10 @@ __version__ = "0.1.0"
 __all__ = [
     "CHECK_PATH",
     "SIGNATURE_HEADER",
+    "SUB_ALL",
     "CheckCallback",
+    "FilterExpression",
+    "FilterExpressionType",
     "HalfmoonAdmin",
     "HalfmoonConnectionError",
     "HalfmoonError",

@@ -14,6 +14,7 @@ from halfmoon_client.states import LocalTransactionState
 from halfmoon_client.transaction_steps import (
     half_body,
     local_transaction_run,
+    normal_body,
     send_result,
     transaction_result,
 )
@@ -125,7 +126,7 @@ class BatchSending:
             have raised for it (404 ``topic_not_found``, 413, ...; or the whole request's error
             for each message of that request). Nothing is raised for a broker error.
         """
-        bodies = [{"producer_group": self.producer_group, **m.to_json()} for m in msgs]
+        bodies = [normal_body(self.producer_group, m) for m in msgs]
         outcomes = batch_request(
             self._api,
             "/api/v1/messages/batch",

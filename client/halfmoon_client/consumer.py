@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from halfmoon_client.filters import SUB_ALL, FilterExpression
 from halfmoon_client.messages import MessageView
 from halfmoon_client.transport import DEFAULT_TIMEOUT_S, ClientBase
 from halfmoon_client.transport import path_segment as _seg
@@ -18,6 +19,8 @@ class SimpleConsumer(ClientBase):
         token: an access key with this consumer group (or an admin key).
         consumer_group: the group; every group sees every visible message of the topic.
         topic: the topic to receive from.
+        filter_expression: which of its messages to receive (``FilterExpression``: TAG or
+            SQL92, applied by the broker); default every message.
         timeout_s: per-request timeout in seconds (a long poll adds its ``wait_ms``).
 
     A message not acked within its invisible duration is delivered again with
@@ -31,11 +34,13 @@ class SimpleConsumer(ClientBase):
         consumer_group: str,
         topic: str,
         *,
+        filter_expression: FilterExpression = SUB_ALL,
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(base_url, token, timeout_s=timeout_s)
         self.consumer_group = consumer_group
         self.topic = topic
+        self.filter_expression = filter_expression
 
     def __enter__(self) -> SimpleConsumer:
         return self
@@ -58,10 +63,12 @@ class SimpleConsumer(ClientBase):
             the messages (possibly none), each with ``receipt_handle`` and ``delivery_attempt``.
 
         Raises:
-            HalfmoonError: 400 a bound exceeded, 403, 404 unknown group or topic.
+            HalfmoonError: 400 a bound exceeded or ``illegal_filter_expression``, 403, 404
+                unknown group or topic.
         """
         body = {
             "topic": self.topic,
+            "filter": self.filter_expression.to_json(),
             "max_messages": max_messages,
             "invisible_duration_ms": invisible_duration_ms,
             "wait_ms": wait_ms,

@@ -148,7 +148,15 @@ class MessageView:
 
 @dataclass(frozen=True)
 class SendResult:
-    """Result of a normal send (RocketMQ ``SendResult``)."""
+    """Result of a normal send (RocketMQ ``SendResult``).
+
+    A message sent for a later time (``send(msg, deliver_at=...)`` or ``delay_level=``) that
+    waits for it also has ``delivery_timestamp`` (when it is due, ms), ``state``
+    (``"SCHEDULED"``; a resend by ``msg_id``: its state now, ``DELIVERED`` or ``RECALLED``)
+    and ``recall_handle`` (what ``recall`` takes); its ``queue_id`` is the queue it will be
+    delivered to, its ``queue_offset`` and ``commit_log_offset`` where it waits on the
+    broker's timer topic. None for a message sent for now (or a time already past).
+    """
 
     send_status: str
     msg_id: str
@@ -156,6 +164,9 @@ class SendResult:
     queue_id: int
     queue_offset: int
     commit_log_offset: int
+    delivery_timestamp: int | None = None
+    state: str | None = None
+    recall_handle: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from halfmoon_client.states import LocalTransactionState
 from halfmoon_client.transaction_steps import (
     half_body,
     local_transaction_run,
+    normal_body,
     send_result,
     transaction_result,
 )
@@ -296,14 +297,44 @@ class TransactionProducer(LingerSending, ClientBase):
         """
         return self._api.request("GET", f"/api/v1/transactions/{_seg(transaction_id)}")[1]
 
-    def send(self, msg: Message) -> SendResult:
-        """Send a normal message, visible to consumers at once (RocketMQ ``send``).
+    def send(
+        self, msg: Message, *, deliver_at: int | None = None, delay_level: int | None = None
+    ) -> SendResult:
+        """Send a normal message (RocketMQ ``send``): visible to consumers at once, or, with
+        ``deliver_at`` (ms since the epoch) or ``delay_level`` (RocketMQ's 1..18: 1s 5s 10s
+        30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h), a delay message, stored now and
+        delivered at that time; its result carries the ``recall_handle`` ``recall`` takes. A
+        time now or past is an ordinary send. With ``msg.msg_id``, sending the same id again
+        stores nothing new.
 
         Raises:
-            HalfmoonError: e.g. 404 ``topic_not_found``, 413 too large.
+            HalfmoonError: e.g. 404 ``topic_not_found``, 413 too large; 400
+                ``illegal_delivery_time`` (more than the broker's maximum delay ahead, 3 days by
+                default), ``illegal_delay_level``, ``delivery_time_conflict`` (both given).
         """
-        body = {"producer_group": self.producer_group, **msg.to_json()}
+        body = normal_body(self.producer_group, msg)
+        if deliver_at is not None:
+            body["deliver_at"] = deliver_at
+        if delay_level is not None:
+            body["delay_level"] = delay_level
         return send_result(self._api.request("POST", "/api/v1/messages", json_body=body)[1])
+
+    def recall(self, topic: str, recall_handle: str) -> dict[str, Any]:
+        """Take back a delay message before its time (RocketMQ 5.3 ``recallMessage``): it is
+        never delivered. ``recall_handle`` is its ``SendResult.recall_handle``. Recalling it
+        again answers the same.
+
+        Returns:
+            the scheduled message (``POST /api/v1/scheduled-messages/recall``): ``{"msg_id",
+            "topic", "state": "RECALLED", "delivery_timestamp", "recalled_by", ...}``.
+
+        Raises:
+            HalfmoonError: 409 ``recall_too_late`` once it is due or delivered
+                (``details["state"]``), 404 ``scheduled_message_not_found``, 400
+                ``invalid_recall_handle``, 403 another producer group's message.
+        """
+        body = {"topic": topic, "recall_handle": recall_handle}
+        return self._api.request("POST", "/api/v1/scheduled-messages/recall", json_body=body)[1]
 
     # back-checks
 

@@ -25,6 +25,15 @@ def half_body(producer_group: str, msg: Message) -> dict[str, Any]:
     return body
 
 
+def normal_body(producer_group: str, msg: Message) -> dict[str, Any]:
+    """The body of ``POST /messages`` (and of a ``/messages/batch`` item), without a delivery
+    time."""
+    body: dict[str, Any] = {"producer_group": producer_group, **msg.to_json()}
+    if msg.msg_id is not None:
+        body["msg_id"] = msg.msg_id
+    return body
+
+
 def local_transaction_run(
     listener: TransactionListener, msg: Message, arg: Any, half: dict[str, Any]
 ) -> tuple[LocalTransactionState, BaseException | None, TransactionEnd]:
@@ -92,4 +101,7 @@ def send_result(out: dict[str, Any]) -> SendResult:
         queue_id=out["queue_id"],
         queue_offset=out["queue_offset"],
         commit_log_offset=out["commit_log_offset"],
+        delivery_timestamp=out.get("delivery_timestamp"),
+        state=out.get("state"),
+        recall_handle=out.get("recall_handle"),
     )

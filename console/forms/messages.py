@@ -4,7 +4,7 @@ bookmarked and shared. ``message_query_of`` turns a valid form into the selector
 
 URL parameters: ``topic``, ``key``, ``tag``, ``msg_id`` (a msg id or a transaction id: the
 same UNIQ_KEY), ``start`` / ``end`` (UTC, ``YYYY-MM-DDTHH:MM[:SS]``: the store time range
-``[start, end)``); paging: ``before`` / ``after`` (a ``SearchCursor``) and ``per_page`` (1..200,
+``[start, end)``), ``scheduled_state`` (delay messages as sent, by what became of them); paging: ``before`` / ``after`` (a ``SearchCursor``) and ``per_page`` (1..200,
 default 50).
 """
 
@@ -23,7 +23,7 @@ from broker.selectors.message_search import (
     SearchCursor,
 )
 
-SEARCH_PARAMS = ("topic", "key", "tag", "msg_id", "start", "end")
+SEARCH_PARAMS = ("topic", "key", "tag", "msg_id", "start", "end", "scheduled_state")
 """The URL parameters of the search, in the order the form declares them."""
 
 _TIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
@@ -50,6 +50,16 @@ class MessageSearchForm(forms.Form):
         input_formats=_TIME_FORMATS,
         label="to (UTC, excluded)",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
+    )
+    scheduled_state = forms.ChoiceField(
+        choices=[
+            ("", "any message"),
+            ("SCHEDULED", "scheduled, waiting"),
+            ("DELIVERED", "scheduled, delivered"),
+            ("RECALLED", "scheduled, recalled"),
+        ],
+        required=False,
+        label="Delay messages",
     )
     before = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
     after = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
@@ -93,8 +103,8 @@ def _ms(value: datetime | None) -> int | None:
 
 def message_query_fields(form: MessageSearchForm) -> dict[str, Any]:
     """``MessageQuery``'s fields for a valid form (call ``form.is_valid()`` first): ``topic``,
-    ``key``, ``tag``, ``msg_id``, ``start_ms``, ``end_ms`` (JSON values: the incident export
-    records them)."""
+    ``key``, ``tag``, ``msg_id``, ``start_ms``, ``end_ms``, ``scheduled_state`` (JSON values:
+    the incident export records them)."""
     data = form.cleaned_data
     return {
         "topic": data.get("topic") or "",
@@ -103,6 +113,7 @@ def message_query_fields(form: MessageSearchForm) -> dict[str, Any]:
         "msg_id": data.get("msg_id") or "",
         "start_ms": _ms(data.get("start")),
         "end_ms": _ms(data.get("end")),
+        "scheduled_state": data.get("scheduled_state") or "",
     }
 
 

@@ -30,6 +30,7 @@ from broker.selectors.consumer_groups import (
     dead_letters,
 )
 from broker.selectors.messages import message_at
+from broker.selectors.subscriptions import subscription_list
 from broker.selectors.topology import consumer_group_get
 from broker.services.consumption.dead_letters import (
     dead_letter_resend,
@@ -79,7 +80,7 @@ def _allowed(request: HttpRequest) -> frozenset[str] | None:
 
 
 class ConsumerGroupView(ViewConsoleRequired, View):
-    """GET ``/console/consumer-groups/<group>/``: offsets per queue with lag, the reset and
+    """GET ``/console/consumer-groups/<group>/``: its subscriptions, offsets per queue with lag, the reset and
     skip forms (operators of the group), the dead letters (newest 100; ``?before=`` pages)
     and the group's latest operations."""
 
@@ -93,6 +94,7 @@ class ConsumerGroupView(ViewConsoleRequired, View):
         context = {
             "group": consumer_group_get(group),
             "offsets": offsets,
+            "subscriptions": subscription_list(consumer_group=group),
             "total_lag": sum(o.lag for o in offsets),
             "topics": sorted({o.topic for o in offsets}),
             "dead_letters": letters,

@@ -1,6 +1,7 @@
 """Console pages: the message search (every message the database holds, by topic and time, key,
-tag, msg id or transaction id, in keyset pages) and one message's page (body, properties, its
-transaction, where it stands with each consumer group). Reads only, through
+tag, msg id or transaction id, what became of a delay message, in keyset pages) and one
+message's page (body, properties, its transaction or its schedule, where it stands with each
+consumer group). Reads only, through
 ``broker.selectors.message_search``; viewers and up."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from broker.selectors.message_search import (
     message_transaction_id,
 )
 from broker.selectors.messages import message_at
+from broker.selectors.scheduled_messages import scheduled_of_messages
 from console.forms.messages import MessageSearchForm, message_query_of
 from console.permissions import ViewConsoleRequired
 
@@ -52,7 +54,7 @@ class MessageSearchView(ViewConsoleRequired, View):
         context = {
             "form": form,
             "page": page,
-            "rows": [(m, MESSAGE_KIND_TEXT[k]) for m, k in page.kinds()],
+            "rows": [(m, MESSAGE_KIND_TEXT[k], page.scheduled.get(m.pk)) for m, k in page.kinds()],
             "searched": bool(params),
             "export_query": urlencode([("kind", "messages"), *params]),
             "older_query": urlencode([*params, ("before", page.next_before.encode())])
@@ -87,6 +89,7 @@ class MessageDetailView(ViewConsoleRequired, View):
             "transaction_id": message_transaction_id(message),
             "deliveries": [(d, DELIVERY_STATE_TEXT[d.state]) for d in deliveries],
             "deliverable": not is_undeliverable_topic(message.topic),
+            "scheduled": scheduled_of_messages([message.pk]).get(message.pk),
             "now": now,
         }
         return render(request, "console/messages/detail.html", context)

@@ -122,8 +122,10 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     # explanations, the five alert-receivers and alert-silences paths, the four of alerts and
     # their notifications, a transaction's check-now, a consumer group, the four bulk-actions
     # paths, the message search, a message's deliveries, the incident export, the eleven
-    # consumer-group operations' paths and the broker settings (docs/api.md)
-    assert len(api_v1_paths()) == 60
+    # consumer-group operations' paths, the broker settings, a consumer group's subscriptions
+    # and the four scheduled-messages paths (list, detail, the producer's recall, the
+    # operator's recall) (docs/api.md)
+    assert len(api_v1_paths()) == 65
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
@@ -136,6 +138,7 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert methods["/api/v1/transactions/{transaction_id}/resolve"] == {"post"}
     assert methods["/api/v1/transactions/{transaction_id}/resume-check"] == {"post"}
     assert methods["/api/v1/consumer-groups/{group}/receive"] == {"post"}
+    assert methods["/api/v1/consumer-groups/{name}/subscriptions"] == {"get"}
     assert methods["/api/v1/alert-rules"] == {"get", "post"}
     assert methods["/api/v1/alert-rules/{name}"] == {"get", "patch", "delete"}
 

@@ -9,8 +9,9 @@ unauthenticated call refused.
 Bounded for CI: ``MAX_EXAMPLES`` generated cases per operation (plus schemathesis's explicit
 and coverage cases), and the long polls' ``wait_ms`` narrowed to ``WAIT_MS_MAX`` in the
 document the generator reads (only there: the app's bound stays 30,000). Seed data (a topic,
-producer and consumer groups, a half message, an alert rule) and a hook that sometimes puts
-their names in the path let the operations reach their logic instead of answering 404 only.
+producer and consumer groups, a half message, a delay message, an alert rule) and a hook that
+sometimes puts their names in the path let the operations reach their logic instead of
+answering 404 only.
 ``bench/fuzz.py`` runs the same against a running broker for 10,000 requests.
 """
 
@@ -34,7 +35,9 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from broker.models import AccessKey
+from broker.rules.clock import now_ms
 from broker.services.alerts.rules import alert_rule_create
+from broker.services.timers.schedule import message_send_at
 from broker.services.topology.writes import (
     TOKEN_PREFIX,
     access_key_create,
@@ -48,6 +51,7 @@ from tests.schema_bounds import generator_document, positive_data_acceptance_doc
 
 MAX_EXAMPLES = 10
 TOPIC, PRODUCER_GROUP, CONSUMER_GROUP, TRANSACTION_ID = "TranTest", "G", "C", "FUZZ-TX-1"
+SCHEDULED_ID = "FUZZ-DELAY-1"
 ALERT_RULE = "stuck"
 SEEDED_PATH_VALUES = {
     "/api/v1/topics/{name}": {"name": TOPIC},
@@ -57,6 +61,8 @@ SEEDED_PATH_VALUES = {
     "/api/v1/consumer-groups/{group}/ack": {"group": CONSUMER_GROUP},
     "/api/v1/messages/{msg_id}": {"msg_id": TRANSACTION_ID},
     "/api/v1/alert-rules/{name}": {"name": ALERT_RULE},
+    "/api/v1/scheduled-messages/{msg_id}": {"msg_id": SCHEDULED_ID},
+    "/api/v1/scheduled-messages/{msg_id}/recall": {"msg_id": SCHEDULED_ID},
 }
 
 
@@ -88,6 +94,13 @@ def admin_token(db) -> Iterator[str]:
         body_is_text=True,
         properties={},
         msg_id=TRANSACTION_ID,
+    )
+    message_send_at(
+        delivery_timestamp=now_ms() + 3_600_000,
+        topic=TOPIC,
+        body=b"seed",
+        msg_id=SCHEDULED_ID,
+        producer_group=PRODUCER_GROUP,
     )
     key, _ = access_key_create(name="fuzz-admin", is_admin=True)
     AccessKey.objects.filter(pk=key.pk).update(

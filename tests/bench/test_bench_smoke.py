@@ -33,6 +33,14 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
         ["--changes", "4", "--pending", "40", "--list-pending", "400", "--requests", "3"],
         ["p50_ms", "p95_ms"],
     ),
+    "filters": (
+        ["--messages", "2000", "--rounds", "1"],
+        ["star_us", "tag_us", "sql_us", "tag_ratio", "sql_ratio"],
+    ),
+    "timers": (
+        ["--messages", "1000", "--scheduled", "10000", "--rate-sends", "200", "--spread-s", "1"],
+        ["late_p50_ms", "late_p99_ms", "lost", "doubled", "send_ratio"],
+    ),
     "fuzz": (["--requests", "20"], ["requests", "server_errors", "schema_violations"]),
     "grpc_throughput": (
         ["--producers", "1", "--threads", "2", "--duration", "2", "--warmup", "1"],
@@ -53,7 +61,8 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
     "rebuild_cost": (["--transactions", "900"], ["transactions", "rebuild_dry_s", "rebuild_s"]),
     "reconcile": (  # 10,000: the size of its untimed warm-up, so one archive and one job more
         ["--sizes", "10000"],
-        ["rows_10k_s", "scaling", "baseline_10k_s", "ratio_10k"],
+        ["rows_10k_s", "scaling", "baseline_10k_s", "ratio_10k", "same_work_10k_s"]
+        + ["ratio_same_work_10k"],
     ),
     "scan_cost": (
         ["--small", "1000", "--large", "2000", "--pending", "40", "--passes", "1"]

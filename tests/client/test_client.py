@@ -30,7 +30,9 @@ from halfmoon_client import (
 )
 
 from broker.models import Transaction
+from broker.rules.clock import now_ms
 from broker.services.checks import check_round
+from broker.services.timers.deliver import scheduled_messages_deliver
 from broker.services.topology.writes import access_key_create, consumer_group_create, topic_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -431,6 +433,34 @@ def test_normal_send_is_visible_at_once(broker, consumer):
     assert sent.send_status == "SEND_OK"
     [got] = consumer.receive(wait_ms=2_000)
     assert (got.msg_id, got.text, got.queue_offset) == (sent.msg_id, "plain", sent.queue_offset)
+
+
+def test_a_delay_message_waits_for_its_time_and_a_recall_takes_it_back(broker, consumer):
+    due = now_ms() + 3_600_000
+    with make_producer(broker, RecordingListener()) as producer:
+        kept = producer.send(Message("TranTest", "at its time", msg_id="D-1"), deliver_at=due)
+        gone = producer.send(Message("TranTest", "recalled"), delay_level=18)
+        assert (kept.state, kept.delivery_timestamp, kept.msg_id) == ("SCHEDULED", due, "D-1")
+        assert kept.recall_handle and gone.recall_handle
+        assert gone.delivery_timestamp >= now_ms() + 7_200_000 - 60_000  # level 18: 2 h
+
+        recalled = producer.recall("TranTest", gone.recall_handle)
+        assert (recalled["msg_id"], recalled["state"]) == (gone.msg_id, "RECALLED")
+        assert producer.recall("TranTest", gone.recall_handle)["state"] == "RECALLED"
+        assert consumer.receive(wait_ms=0) == []
+        assert scheduled_messages_deliver(now=gone.delivery_timestamp) == 1  # the kept one
+        [got] = consumer.receive(wait_ms=2_000)
+        assert (got.msg_id, got.text) == ("D-1", "at its time")
+
+        with pytest.raises(HalfmoonError) as late:
+            producer.recall("TranTest", kept.recall_handle)
+        assert (late.value.status_code, late.value.code) == (409, "recall_too_late")
+        assert late.value.details["state"] == "DELIVERED"
+        with pytest.raises(HalfmoonError) as bad:
+            producer.send(Message("TranTest", "x"), delay_level=19)
+        assert bad.value.code == "illegal_delay_level"
+        now = producer.send(Message("TranTest", "past"), deliver_at=1)
+        assert (now.state, now.recall_handle, now.delivery_timestamp) == (None, None, None)
 
 
 def test_client_imports_without_django_or_the_broker():

@@ -59,9 +59,11 @@ def database_url(name: str, scheme: str = "postgres") -> str:
 
 
 _WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-PORTS = range(18000 + 400 * _WORKER_INDEX, 18050 + 400 * _WORKER_INDEX)
+_PORT_BASE = int(os.environ.get("HALFMOON_TEST_PORT_BASE", "18000"))
+PORTS = range(_PORT_BASE + 400 * _WORKER_INDEX, _PORT_BASE + 50 + 400 * _WORKER_INDEX)
 """The e2e ports of this pytest-xdist worker (and of what it starts): 18000-18049 for ``gw0``
-and outside xdist, 18400-18449 for ``gw1``, and so on, so two workers never race for one."""
+and outside xdist, 18400-18449 for ``gw1``, and so on, so two workers never race for one
+(``HALFMOON_TEST_PORT_BASE`` moves 18000, for two test runs on one machine)."""
 STARTUP_TIMEOUT_S = 60
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_MISSING = (
@@ -381,7 +383,7 @@ class BinRun:
 
 def program_of(cmdline: list[str]) -> str | None:
     """Which of the quick start's programs ``cmdline`` runs (``web``, ``worker``, ``beat``,
-    ``pipeline``), or None. Only the program itself counts (``python .venv/bin/celery ...`` or
+    ``pipeline``, ``timer``), or None. Only the program itself counts (``python .venv/bin/celery ...`` or
     ``.venv/bin/celery ...``), not a shell that starts it. With ``setproctitle`` installed,
     Celery retitles its processes (``[celeryd: NODE@HOST:MainProcess] ...``, its pool's
     ``[celeryd: NODE@HOST:ForkPoolWorker-1]``, ``[celery beat] ...``): those count too, the
@@ -395,6 +397,8 @@ def program_of(cmdline: list[str]) -> str | None:
     head = [Path(arg).name for arg in cmdline[:2]]
     if cmdline[1:3] == ["-m", "halfmoon.web"]:
         return "web"
+    if cmdline[1:3] == ["-m", "halfmoon.timer"]:
+        return "timer"
     if "celery" not in head:
         return None
     if "beat" in cmdline:

@@ -3,7 +3,9 @@ end-to-end tests run as subprocesses of their own, so that each can be killed or
 
     python -m tests.e2e.rocketmq_app producer --topic T [--send N] [--end commit|rollback|none]
         [--check commit|rollback|unknown|hang|by-value] [--normal] [--wait-go] [--stay]
+        [--tags A,B,C] [--properties JSON-LIST] [--delay-ms N [--recall | --recall-late]]
     python -m tests.e2e.rocketmq_app simple --group G --topic T --count N [--timeout-s S]
+        [--tag-filter EXPR | --sql-filter EXPR] [--idle-s S]
     python -m tests.e2e.rocketmq_app push --group G --topic T --result success|failure
 
 The broker and the credentials come from the environment: ``ROCKETMQ_ENDPOINT`` (``host:port`` of a
@@ -17,6 +19,7 @@ or on SIGTERM once its client is shut down (NotifyClientTermination). The client
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -38,6 +41,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 STOP = threading.Event()
 """Set by SIGTERM: the role shuts its client down and exits."""
@@ -84,11 +88,21 @@ class Checker(TransactionChecker):
         return ANSWERS[answer]
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 def producer(args: argparse.Namespace) -> int:
-    """Start a producer publishing ``--topic`` (with a checker unless ``--normal``), send
-    ``--send`` messages ``"<--body-prefix> i"`` (half messages ended as ``--end`` says, or
-    normal ones), then exit, or with ``--stay`` keep answering back-checks until SIGTERM."""
-    client = Producer(configuration(), (args.topic,), None if args.normal else Checker(args.check))
+    """Start a producer publishing ``--topic`` (with a checker unless ``--normal`` or
+    ``--delay-ms``), send ``--send`` messages ``"<--body-prefix> i"`` (half messages ended as
+    ``--end`` says, normal ones, or with ``--delay-ms`` delay messages due that many ms after
+    the send: ``delivery_timestamp`` in ms, as the Python client documents it), then exit, or
+    with ``--stay`` keep answering back-checks until SIGTERM. ``--recall`` recalls each delay
+    message right after its send, ``--recall-late`` once its due time has passed (the recall's
+    outcome is a ``recalled`` or ``recall_failed`` event)."""
+    untimed = args.delay_ms is None
+    checker = Checker(args.check) if untimed and not args.normal else None
+    client = Producer(configuration(), (args.topic,), checker)
     client.startup()
     emit("started", client_id=client.client_id)
     if args.wait_go:
@@ -100,8 +114,16 @@ def producer(args: argparse.Namespace) -> int:
         message.topic = args.topic
         message.body = f"{args.body_prefix} {i}".encode()
         message.keys = f"key-{i}"
+        if args.tags:
+            message.tag = args.tags[i % len(args.tags)]
+        for key, value in (
+            args.properties[i % len(args.properties)] if args.properties else {}
+        ).items():
+            message.add_property(key, value)
+        if not untimed:
+            message.delivery_timestamp = now_ms() + args.delay_ms
         try:
-            if args.normal:
+            if args.normal or not untimed:
                 receipt = client.send(message)
             else:
                 transaction = client.begin_transaction()
@@ -116,8 +138,13 @@ def producer(args: argparse.Namespace) -> int:
             message_id=receipt.message_id,
             transaction_id=receipt.transaction_id,
             offset=receipt.offset,
+            delivery_timestamp=message.delivery_timestamp,
+            recall_handle=receipt.recall_handle,
+            sent_ms=now_ms(),
         )
-        if not args.normal and args.end != "none":
+        if args.recall or args.recall_late:
+            recall(client, args, message, receipt)
+        if untimed and not args.normal and args.end != "none":
             (transaction.commit if args.end == "commit" else transaction.rollback)()
             emit("ended", index=i, message_id=receipt.message_id, action=args.end)
     if args.stay:
@@ -127,30 +154,79 @@ def producer(args: argparse.Namespace) -> int:
     return code
 
 
+def recall(client: Producer, args: argparse.Namespace, message: Message, receipt: Any) -> None:
+    """Recall the delay message just sent (``--recall``), or once its due time has passed
+    (``--recall-late``, the clock read again after the wait); report the outcome."""
+    if args.recall_late:
+        while now_ms() <= message.delivery_timestamp:
+            time.sleep(max(0.01, (message.delivery_timestamp - now_ms() + 1) / 1000))
+    asked_ms = now_ms()
+    try:
+        recalled_id = client.recall_message(args.topic, receipt.recall_handle)
+    except Exception as exc:  # the client's own exception, reported to the test
+        emit(
+            "recall_failed",
+            message_id=receipt.message_id,
+            asked_ms=asked_ms,
+            error=type(exc).__name__,
+            code=getattr(exc, "code", None),
+            message=str(exc),
+        )
+        return
+    emit("recalled", message_id=receipt.message_id, recalled_id=recalled_id, asked_ms=asked_ms)
+
+
 def simple(args: argparse.Namespace) -> int:
-    """A SimpleConsumer of ``--group`` on ``--topic``: receive (long polling 5 s, invisible
-    ``--invisible-s``) and ack until ``--count`` messages came or ``--timeout-s`` passed."""
-    client = SimpleConsumer(
-        configuration(), args.group, {args.topic: FilterExpression()}, await_duration=5
-    )
-    client.startup()
-    emit("started", client_id=client.client_id)
+    """A SimpleConsumer of ``--group`` on ``--topic`` (subscribed with ``--tag-filter`` or
+    ``--sql-filter``, else ``*``): receive (long polling 5 s, invisible ``--invisible-s``) and
+    ack until ``--count`` messages came or ``--timeout-s`` passed; with ``--idle-s``, go on
+    until a receive after the count came answers nothing for that long (to see that no more
+    come). A refused startup or receive is reported as ``failed`` (exit 5)."""
+    expression = FilterExpression()
+    if args.tag_filter is not None:
+        expression = FilterExpression(args.tag_filter, FilterType.TAG)
+    elif args.sql_filter is not None:
+        expression = FilterExpression(args.sql_filter, FilterType.SQL)
+    client = SimpleConsumer(configuration(), args.group, {args.topic: expression}, await_duration=5)
     received = 0
-    deadline = time.monotonic() + args.timeout_s
-    while received < args.count and time.monotonic() < deadline and not STOP.is_set():
-        for message in client.receive(16, args.invisible_s):
-            emit(
-                "received",
-                message_id=message.message_id,
-                body=message.body.decode(),
-                topic=message.topic,
-                delivery_attempt=message.delivery_attempt,
-            )
-            client.ack(message)
-            received += 1
+    try:
+        client.startup()
+        emit("started", client_id=client.client_id)
+        deadline = time.monotonic() + args.timeout_s
+        while received < args.count and time.monotonic() < deadline and not STOP.is_set():
+            received += receive_and_ack(client, args.invisible_s)
+        if args.idle_s and received >= args.count:
+            idle_until = time.monotonic() + args.idle_s
+            while time.monotonic() < idle_until and not STOP.is_set():
+                received += receive_and_ack(client, args.invisible_s)
+    except Exception as exc:  # the client's own exception, reported to the test
+        emit("failed", error=type(exc).__name__, message=str(exc))
+        with contextlib.suppress(Exception):
+            client.shutdown()
+        return 5
     client.shutdown()
     emit("stopped", received=received)
     return 0 if received >= args.count else 4
+
+
+def receive_and_ack(client: SimpleConsumer, invisible_s: int) -> int:
+    """One receive of up to 16 messages, each reported and acked; how many came."""
+    messages = client.receive(16, invisible_s)
+    for message in messages:
+        emit(
+            "received",
+            message_id=message.message_id,
+            body=message.body.decode(),
+            topic=message.topic,
+            tag=message.tag,
+            properties=dict(message.properties or {}),
+            delivery_attempt=message.delivery_attempt,
+            message_type=message.message_type,
+            delivery_timestamp=message.delivery_timestamp,
+            received_ms=message.decode_message_timestamp,
+        )
+        client.ack(message)
+    return len(messages)
 
 
 class Listener(MessageListener):
@@ -195,17 +271,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--normal", action="store_true")
     p.add_argument("--wait-go", action="store_true", help='read "go" on stdin before sending')
     p.add_argument("--stay", action="store_true")
+    p.add_argument("--tags", type=lambda v: v.split(","), help="message i gets tag i % len")
+    p.add_argument("--properties", type=json.loads, help="a JSON list of objects, cycled")
+    p.add_argument("--delay-ms", type=int, help="send delay messages due N ms after each send")
+    recalls = p.add_mutually_exclusive_group()
+    recalls.add_argument("--recall", action="store_true", help="recall each one at once")
+    recalls.add_argument("--recall-late", action="store_true", help="recall once it is due")
     s = roles.add_parser("simple")
     s.add_argument("--group", required=True)
     s.add_argument("--topic", required=True)
     s.add_argument("--count", type=int, required=True)
     s.add_argument("--timeout-s", type=float, default=60)
     s.add_argument("--invisible-s", type=int, default=15)
+    s.add_argument("--tag-filter")
+    s.add_argument("--sql-filter")
+    s.add_argument("--idle-s", type=float, default=0)
     u = roles.add_parser("push")
     u.add_argument("--group", required=True)
     u.add_argument("--topic", required=True)
     u.add_argument("--result", choices=("success", "failure"), required=True)
     args = parser.parse_args(argv)
+    if args.role == "producer" and (args.recall or args.recall_late) and args.delay_ms is None:
+        parser.error("--recall and --recall-late recall delay messages: give --delay-ms")
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     return {"producer": producer, "simple": simple, "push": push}[args.role](args)
 

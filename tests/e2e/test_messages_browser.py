@@ -42,7 +42,7 @@ def test_a_committed_message_is_found_by_key_with_its_delivery_per_group(broker)
         try:
             page = chromium.new_page(viewport={"width": 1280, "height": 900})
             console_sign_in(page, broker.url, "vera", PASSWORD)
-            page.get_by_role("link", name="Messages").click()
+            page.get_by_role("link", name="Messages", exact=True).click()
             expect(page).to_have_url(re.compile(r"/console/messages/$"))
             page.locator('input[name="key"]').fill("ORDER-1234")
             page.get_by_role("button", name="Search").click()

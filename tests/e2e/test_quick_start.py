@@ -44,7 +44,7 @@ pytestmark = pytest.mark.e2e
 
 STARTUP_TIMEOUT_S = 240  # initdb, then every migration on a new database, on a loaded machine
 STOP_TIMEOUT_S = 90
-PROGRAMS = ("web", "worker", "beat", "pipeline")
+PROGRAMS = ("web", "worker", "beat", "pipeline", "timer")
 CLONE_MARK = "<!-- quick-start clone -->"
 
 
@@ -126,7 +126,7 @@ def test_bin_run_from_a_fresh_clone_on_the_embedded_postgresql() -> None:
         try:
             run.wait_until("/healthz", lambda: healthy(url), STARTUP_TIMEOUT_S)
             run.wait_until(
-                "web, worker, beat and pipeline",
+                "web, worker, beat, pipeline and timer",
                 lambda: set(main_processes(run.root)) == set(PROGRAMS),
                 STARTUP_TIMEOUT_S,
             )

@@ -17,7 +17,10 @@ database:
    message is killed while checking it and another client of the group answers the next check;
 4. an operator's commit in the console (Chromium) of a half message sent over gRPC reaches a gRPC
    SimpleConsumer; an HTTP producer's commit reaches a gRPC consumer and a gRPC producer's
-   commit an HTTP consumer.
+   commit an HTTP consumer;
+5. filters applied by the broker: a SimpleConsumer subscribed with ``TagA || TagB`` gets exactly
+   those messages (the TagC ones never handed out, consumed), one with ``a > 5 AND b = 'x'``
+   exactly the matching ones; a malformed SQL92 subscription is refused.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ WAIT_S = 90
 EXPECTED_CONSUMED = ["Hello RocketMQ 1", "Hello RocketMQ 4", "Hello RocketMQ 7"]
 TOPICS = (
     "TranTest", "PushTopic", "RetryTopic", "AuthTopic", "KillTopic", "OperatorTopic",
-    "HttpToGrpc", "GrpcToHttp",
+    "HttpToGrpc", "GrpcToHttp", "FilterTopic", "SqlTopic",
 )  # fmt: skip
 CONSUMER_GROUPS = {
     "TranTestConsumers": None,
@@ -83,6 +86,9 @@ CONSUMER_GROUPS = {
     "OperatorConsumers": None,
     "InteropConsumers": None,
     "HttpConsumers": None,
+    "TagConsumers": None,
+    "SqlConsumers": None,
+    "BadSqlConsumers": None,
 }
 """Consumer groups to create and their max_delivery_attempts (None: the default)."""
 
@@ -678,3 +684,72 @@ def test_http_and_grpc_clients_see_each_other_s_commits(halfmoon: Halfmoon) -> N
         json={"receipt_handles": [messages[0]["receipt_handle"]]},
     )
     assert acked.json() == {"acked": 1, "failed": []}, acked.text
+
+
+def journalled(hm: Halfmoon, group: str) -> Counter:
+    """The delivery journal of ``group`` by (msg_id, kind)."""
+    rows = hm.sql("SELECT msg_id, kind FROM broker_deliveryevent WHERE consumer_group = %s", group)
+    return Counter((r[0], r[1]) for r in rows)
+
+
+def test_a_tag_subscription_receives_exactly_its_tags(halfmoon: Halfmoon) -> None:
+    hm = halfmoon
+    producer = hm.client("tag-producer", "producer", "--topic", "FilterTopic", "--normal",
+                         "--send", "12", "--tags", "TagA,TagB,TagC",
+                         "--body-prefix", "tagged")  # fmt: skip
+    assert producer.proc.wait(timeout=60) == 0, producer.report()
+    producer._reader.join(timeout=5)
+    sent = {e["index"]: e["message_id"] for e in producer.of("sent")}
+    wanted = sorted(sent[i] for i in range(12) if i % 3 != 2)
+    tag_c = sorted(sent[i] for i in range(12) if i % 3 == 2)
+    # --idle-s: once the 8 came, receive 6 s more to see that nothing else comes.
+    consumer = hm.client("tag-consumer", "simple", "--group", "TagConsumers",
+                         "--topic", "FilterTopic", "--count", "8", "--idle-s", "6",
+                         "--tag-filter", "TagA || TagB")  # fmt: skip
+    assert consumer.proc.wait(timeout=90) == 0, consumer.report()
+    consumer._reader.join(timeout=5)
+    received = consumer.of("received")
+    assert sorted(e["message_id"] for e in received) == wanted, consumer.report()
+    assert {e["tag"] for e in received} == {"TagA", "TagB"}
+    # The TagC messages were never in flight: no delivery row, no journal entry; consumed.
+    assert not any(m in tag_c for m, _ in journalled(hm, "TagConsumers")), hm.report()
+    in_flight = hm.sql(
+        "SELECT count(*) FROM broker_delivery WHERE consumer_group = %s", "TagConsumers"
+    )
+    assert in_flight == [(0,)]
+    lag = hm.api("GET", "/consumer-groups/TagConsumers/offsets").json()
+    assert sum(o["lag"] for o in lag) == 0, lag
+    subscriptions = hm.api("GET", "/consumer-groups/TagConsumers/subscriptions").json()
+    assert [(s["topic"], s["expression_type"], s["expression"])
+            for s in subscriptions["subscriptions"]] == [
+        ("FilterTopic", "TAG", "TagA || TagB")
+    ]  # fmt: skip
+
+
+def test_an_sql92_subscription_receives_exactly_the_matching_ones(halfmoon: Halfmoon) -> None:
+    hm = halfmoon
+    properties = [{"a": "10", "b": "x"}, {"a": "3", "b": "x"}, {"a": "7", "b": "y"},
+                  {"a": "6", "b": "x"}, {"b": "x"}, {"a": "nine", "b": "x"}]  # fmt: skip
+    producer = hm.client("sql-producer", "producer", "--topic", "SqlTopic", "--normal",
+                         "--send", "6", "--properties", json.dumps(properties))  # fmt: skip
+    assert producer.proc.wait(timeout=60) == 0, producer.report()
+    producer._reader.join(timeout=5)
+    sent = {e["index"]: e["message_id"] for e in producer.of("sent")}
+    consumer = hm.client("sql-consumer", "simple", "--group", "SqlConsumers",
+                         "--topic", "SqlTopic", "--count", "2", "--idle-s", "6",
+                         "--sql-filter", "a > 5 AND b = 'x'")  # fmt: skip
+    assert consumer.proc.wait(timeout=90) == 0, consumer.report()
+    consumer._reader.join(timeout=5)
+    got = sorted(e["message_id"] for e in consumer.of("received"))
+    assert got == sorted([sent[0], sent[3]]), consumer.report()
+
+    bad = hm.client("bad-sql-consumer", "simple", "--group", "BadSqlConsumers",
+                    "--topic", "SqlTopic", "--count", "1", "--timeout-s", "10",
+                    "--sql-filter", "a > AND b = 'x'")  # fmt: skip
+    assert bad.proc.wait(timeout=60) == 5, bad.report()
+    bad._reader.join(timeout=5)
+    failure = bad.one("failed")
+    assert "position 5" in failure["message"], bad.report()
+    assert not hm.sql(
+        "SELECT 1 FROM broker_deliveryevent WHERE consumer_group = %s", "BadSqlConsumers"
+    )

@@ -55,7 +55,7 @@ pytestmark = pytest.mark.e2e
 CELERY = str(Path(sys.executable).parent / "celery")
 STARTUP_TIMEOUT_S = 180  # bin/run migrates a fresh database first
 COME_BACK_TIMEOUT_S = 60
-PROGRAMS = ("web", "worker", "beat", "pipeline")
+PROGRAMS = ("web", "worker", "beat", "pipeline", "timer")
 LOGS = {"web": "web_0.log"}  # supervisord's web:web_0 (WEB_CONCURRENCY=1 below)
 CHECK_SETTINGS = {
     "HALFMOON_TRANSACTION_TIMEOUT_MS": "1000",
@@ -160,7 +160,7 @@ def test_worker_and_beat_killed_come_back_while_web_answers(tmp_path: Path) -> N
         try:
             wait_until("/healthz", lambda: healthy(url), STARTUP_TIMEOUT_S)
             wait_until(
-                "web, worker, beat and pipeline",
+                "web, worker, beat, pipeline and timer",
                 lambda: set(main_processes(root)) == set(PROGRAMS),
                 STARTUP_TIMEOUT_S,
             )
@@ -189,7 +189,7 @@ def test_worker_and_beat_killed_come_back_while_web_answers(tmp_path: Path) -> N
             )
             wait_until(f"the new {worker_name} answering ping", lambda: ping(worker_name), 60)
             after = main_processes(root)
-            for same in ("web", "pipeline"):
+            for same in ("web", "pipeline", "timer"):
                 assert after[same].pid == before[same].pid, f"{same} was restarted\n{report()}"
 
             # The new beat schedules the scan and the new worker checks: a half message sent
@@ -329,7 +329,7 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
         text = unit.read_text().replace("/etc/halfmoon/halfmoon.env", str(env_file))
         (tmp_path / unit.name).write_text(text.replace("/opt/halfmoon", str(ROOT)))
         units.append(str(tmp_path / unit.name))
-    assert len(units) == 8
+    assert len(units) == 9
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *units],
         capture_output=True,

@@ -113,7 +113,11 @@ def test_route_names_every_queue_of_the_topic_on_the_servers_endpoint(stub, topi
     assert queue.broker.name == "halfmoon"
     assert queue.broker.id == 0
     assert queue.permission == pb.Permission.READ_WRITE
-    assert list(queue.accept_message_types) == [pb.MessageType.NORMAL, pb.MessageType.TRANSACTION]
+    assert list(queue.accept_message_types) == [
+        pb.MessageType.NORMAL,
+        pb.MessageType.DELAY,
+        pb.MessageType.TRANSACTION,
+    ]
     address = queue.broker.endpoints.addresses[0]
     assert queue.broker.endpoints.scheme == pb.AddressScheme.IPv4
     assert (address.host, address.port) == ("127.0.0.1", grpc_server.port)
@@ -396,15 +400,32 @@ def test_receive_for_an_unknown_group_is_consumer_group_not_found(stub, topic):
     assert [p.status.code for p in parts] == [Code.CONSUMER_GROUP_NOT_FOUND]
 
 
-def test_receive_with_a_tag_filter_is_refused(stub, topic, group):
+def filtered_receive(stub, group, topic, kind, expression):
     request = spb.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
-        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="tagA"),
+        filter_expression=pb.FilterExpression(type=kind, expression=expression),
         invisible_duration=seconds(30),
     )
-    parts = list(stub.ReceiveMessage(request, metadata=metadata(), timeout=5))
+    return list(stub.ReceiveMessage(request, metadata=metadata(), timeout=5))
+
+
+def test_receive_applies_its_tag_filter(stub, topic, group):
+    sent = [message_send(topic=topic, body=b"m", tags=t) for t in ("tagA", "tagB", "tagA")]
+    parts = filtered_receive(stub, group, topic, pb.FilterType.TAG, "tagA")
+    got = [p.message.system_properties.message_id for p in parts if p.HasField("message")]
+    assert sorted(got) == sorted(m.msg_id for m in sent if m.tags == "tagA")
+    assert parts[0].status.code == Code.OK
+
+
+def test_receive_applies_its_sql_filter_and_refuses_a_malformed_one(stub, topic, group):
+    sent = [message_send(topic=topic, body=b"m", properties={"n": str(n)}) for n in (1, 7)]
+    parts = filtered_receive(stub, group, topic, pb.FilterType.SQL, "n > 5")
+    got = [p.message.system_properties.message_id for p in parts if p.HasField("message")]
+    assert got == [sent[1].msg_id]
+    parts = filtered_receive(stub, group, topic, pb.FilterType.SQL, "n >")
     assert [p.status.code for p in parts] == [Code.ILLEGAL_FILTER_EXPRESSION]
+    assert "position 4" in parts[0].status.message
 
 
 def test_receive_with_a_short_invisible_duration_is_refused(stub, topic, group):
@@ -553,6 +574,19 @@ def test_a_key_may_not_send_for_another_group(grpc_server, stub, topic):
     with pytest.raises(Exception) as refused:
         grpc_producer_group_resolve(caller=caller_of_key(key), topic=topic)
     assert error_status(refused.value).code == Code.FORBIDDEN
+
+
+def test_a_key_without_a_producer_group_may_not_send(grpc_server, stub, topic):
+    from broker.services.access.secrets import access_key_secret_set
+    from tests.grpc.test_signatures import signed
+
+    access_key_create(name="billing-reader", consumer_groups=["C"])
+    secret = access_key_secret_set(name="billing-reader")
+    answer = stub.SendMessage(
+        spb.SendMessageRequest(messages=[normal(topic)]), metadata=signed("billing-reader", secret)
+    )
+    assert answer.status.code == Code.FORBIDDEN, answer.status  # as HTTP's 403
+    assert not Message.objects.filter(topic=topic).exists()
 
 
 @pytest.mark.parametrize("error", [OperationalError, InterfaceError])

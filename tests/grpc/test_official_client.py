@@ -204,7 +204,7 @@ def test_a_failing_push_consumer_sends_the_message_to_the_dlq_after_its_attempts
             lambda: DeliveryEvent.objects.filter(
                 msg_id=receipt.message_id, kind="dead_lettered"
             ).exists(),
-            deadline_s=60,
+            deadline_s=120,  # two nacks (1 s and 5 s backoffs), then a receive
             what="the dead letter",
         )
     finally:

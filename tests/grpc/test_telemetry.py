@@ -14,7 +14,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.grpc.telemetry import CONSUMER_BACKOFF_S, TelemetryRegistry, TelemetryStream
-from broker.models import ClientConnection
+from broker.models import ClientConnection, Subscription
 from broker.plumbing.telemetry_bus import telemetry_commands_send, telemetry_server_id
 from broker.services.topology.writes import consumer_group_create, topic_create
 from tests.grpc.conftest import metadata
@@ -85,7 +85,14 @@ def producer_settings(*topics: str, language: int = pb.Language.PYTHON) -> spb.T
     return spb.TelemetryCommand(settings=settings)
 
 
-def consumer_settings(group: str, topic: str, *, language: int) -> spb.TelemetryCommand:
+def consumer_settings(
+    group: str,
+    topic: str,
+    *,
+    language: int,
+    kind: int = pb.FilterType.TAG,
+    expression: str = "*",
+) -> spb.TelemetryCommand:
     return spb.TelemetryCommand(
         settings=pb.Settings(
             client_type=pb.ClientType.SIMPLE_CONSUMER,
@@ -94,7 +101,7 @@ def consumer_settings(group: str, topic: str, *, language: int) -> spb.Telemetry
                 subscriptions=[
                     pb.SubscriptionEntry(
                         topic=pb.Resource(name=topic),
-                        expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                        expression=pb.FilterExpression(type=kind, expression=expression),
                     )
                 ],
             ),
@@ -179,6 +186,36 @@ def test_settings_of_an_unknown_consumer_group_are_refused(stub, streams, topic)
     answer = stream.read()
     assert answer.status.code == Code.CONSUMER_GROUP_NOT_FOUND
     assert not answer.HasField("settings")
+
+
+def test_a_consumers_subscriptions_are_recorded(stub, streams, topic):
+    stream = open_stream(stub, streams, "cons-sql")
+    stream.write(
+        consumer_settings(
+            "billing",
+            topic,
+            language=pb.Language.PYTHON,
+            kind=pb.FilterType.SQL,
+            expression="a > 5",
+        )
+    )
+    assert stream.read().status.code == Code.OK
+    row = Subscription.objects.get(consumer_group="billing", topic=topic)
+    assert (row.expression_type, row.expression) == ("SQL92", "a > 5")
+
+
+def test_settings_with_a_malformed_sql92_subscription_are_refused(stub, streams, topic):
+    stream = open_stream(stub, streams, "cons-bad")
+    stream.write(
+        consumer_settings(
+            "billing", topic, language=pb.Language.PYTHON, kind=pb.FilterType.SQL, expression="a >"
+        )
+    )
+    answer = stream.read()
+    assert answer.status.code == Code.ILLEGAL_FILTER_EXPRESSION
+    assert "position 4" in answer.status.message
+    assert not Subscription.objects.exists()
+    assert not ClientConnection.objects.filter(pk="cons-bad").exists()
 
 
 def test_a_stream_without_client_id_is_refused(stub, grpc_server):

@@ -24,6 +24,7 @@ from broker.rules.messages import (
         ("%DLQ%billing", None, MessageKind.DEAD_LETTER),
         ("%DLQ%billing", 17, MessageKind.DEAD_LETTER),
         ("%RETRY%billing", None, MessageKind.RETRY),
+        ("RMQ_SYS_WHEEL_TIMER", None, MessageKind.SCHEDULED),
         ("Orders", 17, MessageKind.COMMITTED),
         ("Orders", 0, MessageKind.COMMITTED),
         ("Orders", None, MessageKind.NORMAL),
@@ -39,28 +40,44 @@ NOW = 1_000_000
 
 
 @pytest.mark.parametrize(
-    ("last_event", "invisible_until", "offset_passed", "state"),
+    ("last_event", "invisible_until", "offset_passed", "filtered_out", "state"),
     [
-        ("delivered", NOW + 1, True, DeliveryState.IN_FLIGHT),
-        ("delivered", NOW, True, DeliveryState.REDELIVERY_DUE),
-        ("delivered", NOW - 1, True, DeliveryState.REDELIVERY_DUE),
-        ("acked", NOW + 1, True, DeliveryState.IN_FLIGHT),  # resent after its ack
-        ("acked", None, True, DeliveryState.ACKED),
-        ("dead_lettered", None, True, DeliveryState.DEAD_LETTERED),
-        (None, None, True, DeliveryState.PASSED),
-        ("delivered", None, True, DeliveryState.PASSED),
-        (None, None, False, DeliveryState.WAITING),
+        ("delivered", NOW + 1, True, False, DeliveryState.IN_FLIGHT),
+        ("delivered", NOW, True, False, DeliveryState.REDELIVERY_DUE),
+        ("delivered", NOW - 1, True, False, DeliveryState.REDELIVERY_DUE),
+        ("acked", NOW + 1, True, False, DeliveryState.IN_FLIGHT),  # resent after its ack
+        ("acked", None, True, False, DeliveryState.ACKED),
+        ("dead_lettered", None, True, False, DeliveryState.DEAD_LETTERED),
+        (None, None, True, False, DeliveryState.PASSED),
+        ("delivered", None, True, False, DeliveryState.PASSED),
+        (None, None, False, False, DeliveryState.WAITING),
+        # the group's filter rejects it: never delivered, whatever the offset says
+        (None, None, True, True, DeliveryState.FILTERED_OUT),
+        (None, None, False, True, DeliveryState.FILTERED_OUT),
+        # journalled before the filter changed: the journal says what happened
+        ("acked", None, True, True, DeliveryState.ACKED),
+        ("delivered", None, True, True, DeliveryState.PASSED),
+        ("delivered", NOW + 1, True, True, DeliveryState.IN_FLIGHT),
     ],
 )
-def test_where_a_message_stands_with_a_group(last_event, invisible_until, offset_passed, state):
+def test_where_a_message_stands_with_a_group(
+    last_event, invisible_until, offset_passed, filtered_out, state
+):
     assert (
         delivery_state(
             last_event=last_event,
             invisible_until=invisible_until,
             offset_passed=offset_passed,
             now=NOW,
+            filtered_out=filtered_out,
         )
         is state
+    )
+
+
+def test_a_message_is_not_filtered_out_unless_said():
+    assert delivery_state(last_event=None, invisible_until=None, offset_passed=False, now=NOW) is (
+        DeliveryState.WAITING
     )
 
 

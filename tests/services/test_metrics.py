@@ -25,6 +25,7 @@ from broker.models import (
     MetricRollup,
     MetricWatermark,
     ProducerGroup,
+    ScheduledMessage,
     Transaction,
     TransactionEvent,
 )
@@ -102,6 +103,17 @@ def full_aggregation() -> Samples:
             key = key if outcome else ("halfmoon_operator_actions_total", (("kind", kind),))
         out[key] = out.get(key, 0) + n
     out.update(per_group_aggregation())
+    out.update(scheduled_aggregation())
+    return out
+
+
+def scheduled_aggregation() -> Samples:
+    """The delay and timer messages waiting and the earliest due time (s), from the whole table."""
+    waiting = ScheduledMessage.objects.filter(state="SCHEDULED")
+    out: Samples = {("halfmoon_scheduled_messages", ()): waiting.count()}
+    due = [row.delivery_timestamp for row in waiting]
+    if due:
+        out[("halfmoon_scheduled_next_due_timestamp_seconds", ())] = min(due) / 1000
     return out
 
 

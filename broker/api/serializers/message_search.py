@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from broker.api.serializers.fields import (
@@ -12,8 +13,10 @@ from broker.api.serializers.fields import (
     NameField,
     QueryIntegerField,
     StrictCharField,
+    StrictChoiceField,
     msg_id_validator,
 )
+from broker.api.serializers.scheduled_messages import SCHEDULED_STATES
 from broker.models import Message
 from broker.rules.messages import DeliveryState, MessageKind, message_kind
 from broker.selectors.message_search import SEARCH_PAGE_DEFAULT, SEARCH_PAGE_MAX, SearchCursor
@@ -55,6 +58,12 @@ class MessageSearchQuerySerializer(serializers.Serializer):
     end = QueryIntegerField(
         required=False, min_value=0, help_text="Stored before (ms since the epoch)"
     )
+    scheduled_state = StrictChoiceField(
+        choices=SCHEDULED_STATES,
+        required=False,
+        help_text="Only delay and timer messages as sent (on RMQ_SYS_WHEEL_TIMER) in this "
+        "state: SCHEDULED (waiting), DELIVERED or RECALLED",
+    )
     before = SearchCursorField(required=False, help_text="The older page")
     after = SearchCursorField(required=False, help_text="The newer page")
     limit = QueryIntegerField(
@@ -69,8 +78,17 @@ class MessageSearchQuerySerializer(serializers.Serializer):
         return attrs
 
 
+class ScheduledSummarySerializer(serializers.Serializer):
+    """What became of a delay or timer message: its state and due time (ms)."""
+
+    state = serializers.ChoiceField(choices=SCHEDULED_STATES)
+    delivery_timestamp = serializers.IntegerField()
+
+
 class MessageSummarySerializer(serializers.Serializer):
-    """A message of a search: where and when it is stored and what it is, without its body."""
+    """A message of a search: where and when it is stored and what it is, without its body;
+    ``scheduled`` for a delay message as sent or its delivered copy (the context's
+    ``scheduled``: ``MessagePage.scheduled``), else null."""
 
     msg_id = serializers.CharField()
     kind = serializers.SerializerMethodField()
@@ -84,9 +102,19 @@ class MessageSummarySerializer(serializers.Serializer):
     born_timestamp = serializers.IntegerField()
     store_timestamp = serializers.IntegerField()
 
+    scheduled = serializers.SerializerMethodField()
+
     def get_kind(self, message: Message) -> MessageKind:
-        """half, op, discarded, dead_letter, retry, committed or normal."""
+        """half, op, discarded, dead_letter, retry, committed, normal or scheduled."""
         return message_kind(message.topic, message.prepared_transaction_offset)
+
+    @extend_schema_field(ScheduledSummarySerializer(allow_null=True))
+    def get_scheduled(self, message: Message) -> dict[str, Any] | None:
+        """The message's schedule (``ScheduledSummarySerializer``), or None."""
+        row = self.context.get("scheduled", {}).get(message.pk)
+        if row is None:
+            return None
+        return {"state": row.state, "delivery_timestamp": row.delivery_timestamp}
 
 
 class ArchiveSegmentOutSerializer(serializers.Serializer):

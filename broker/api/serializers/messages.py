@@ -13,8 +13,11 @@ from broker.api.serializers.fields import (
     NameField,
     QueryIntegerField,
     StrictCharField,
+    StrictChoiceField,
     StrictIntegerField,
+    msg_id_validator,
 )
+from broker.api.serializers.scheduled_messages import SCHEDULED_STATES
 from broker.constants import (
     RECEIVE_INVISIBLE_DURATION_MS,
     RECEIVE_MAX_MESSAGES,
@@ -71,7 +74,27 @@ class MessageInSerializer(serializers.Serializer):
 
 
 class MessageSendInSerializer(MessageInSerializer):
+    """A normal message, sent now or for a later time (a delay message): ``deliver_at`` or
+    ``delay_level``, not both (the service's 400 ``delivery_time_conflict``)."""
+
     producer_group = NameField(required=False, help_text="Which of the key's producer groups sends")
+    msg_id = StrictCharField(
+        required=False,
+        validators=[msg_id_validator],
+        help_text="Your own message id (UNIQ_KEY): sent again by the same producer group to "
+        "the same topic, nothing new is stored; absent: the broker makes one",
+    )
+    deliver_at = StrictIntegerField(
+        required=False,
+        min_value=0,
+        help_text="Deliver at this time (ms since the epoch): a delay message, invisible until "
+        "then; now or past: a normal send",
+    )
+    delay_level = StrictIntegerField(
+        required=False,
+        help_text="RocketMQ's delay level 1..18 (1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m "
+        "20m 30m 1h 2h from now)",
+    )
 
 
 class MessageQuerySerializer(serializers.Serializer):
@@ -79,8 +102,27 @@ class MessageQuerySerializer(serializers.Serializer):
     key = StrictCharField(max_length=1024)
 
 
+FILTER_EXPRESSION_MAX_LENGTH = 4096
+"""The longest filter expression a receive takes (characters)."""
+
+
+class FilterInSerializer(serializers.Serializer):
+    """A receive's filter (RocketMQ's ``FilterExpression``): TAG (``*``, ``TagA || TagB``) or
+    SQL92 over the message's properties (``a > 5 AND b = 'x'``)."""
+
+    type = StrictChoiceField(choices=["TAG", "SQL92"], default="TAG")
+    expression = StrictCharField(
+        max_length=FILTER_EXPRESSION_MAX_LENGTH, allow_blank=True, default="*"
+    )
+
+
 class ReceiveInSerializer(serializers.Serializer):
     topic = NameField()
+    filter = FilterInSerializer(
+        required=False,
+        help_text="Only messages it matches are delivered; the others count as consumed. "
+        "Default TAG '*' (every message).",
+    )
     max_messages = StrictIntegerField(
         min_value=RECEIVE_MAX_MESSAGES[0], max_value=RECEIVE_MAX_MESSAGES[1], default=32
     )
@@ -127,7 +169,11 @@ class CheckRequestsQuerySerializer(serializers.Serializer):
 
 
 class SendResultSerializer(serializers.Serializer):
-    """RocketMQ's SendResult of a normal message: SEND_OK and where the message is stored."""
+    """RocketMQ's SendResult of a normal message: SEND_OK and where the message is stored. A
+    delay message that waits for its time adds ``delivery_timestamp``, ``state`` and
+    ``recall_handle`` (its ``queue_id`` is the queue it will be delivered to, its
+    ``queue_offset`` and ``commit_log_offset`` where it waits on RMQ_SYS_WHEEL_TIMER, as
+    RocketMQ's SendResult of a timer message)."""
 
     status = serializers.CharField(default=SEND_OK)
     msg_id = serializers.CharField()
@@ -135,6 +181,17 @@ class SendResultSerializer(serializers.Serializer):
     queue_id = serializers.IntegerField()
     queue_offset = serializers.IntegerField()
     commit_log_offset = serializers.IntegerField()
+    delivery_timestamp = serializers.IntegerField(
+        required=False, help_text="A delay message: when it is due (ms)"
+    )
+    state = serializers.ChoiceField(
+        choices=SCHEDULED_STATES,
+        required=False,
+        help_text="A delay message: SCHEDULED (a resend by msg_id: its state now)",
+    )
+    recall_handle = serializers.CharField(
+        required=False, help_text="A delay message: what POST /scheduled-messages/recall takes"
+    )
 
 
 class MessageContentSerializer(serializers.Serializer):

@@ -21,6 +21,7 @@ from broker.api.serializers.messages import MessageInSerializer
 from broker.constants import (
     SEND_OK,
 )
+from broker.errors import InvalidInput
 from broker.models import (
     Transaction,
 )
@@ -28,9 +29,30 @@ from broker.rules.states import END_ACTIONS, RESOLVING_ACTIONS, TransactionState
 
 
 class TransactionPrepareInSerializer(MessageInSerializer):
+    """A half message. It takes no delivery time: ``deliver_at`` or ``delay_level`` is 400
+    ``message_type_conflict`` (RocketMQ: a transactional message cannot be a delay message),
+    declared here only to be refused (``refused_fields``; the OpenAPI document forbids them)."""
+
+    refused_fields = ("deliver_at", "delay_level")
     producer_group = NameField()
     msg_id = StrictCharField(required=False, validators=[msg_id_validator])
     check_immunity_seconds = StrictIntegerField(required=False, allow_null=True)
+    deliver_at = StrictIntegerField(required=False)
+    delay_level = StrictIntegerField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        given = [name for name in self.refused_fields if name in attrs]
+        if given:
+            raise InvalidInput(
+                "A half message takes no delivery time: delay and transactional messages "
+                "exclude each other (send a normal message with deliver_at or delay_level).",
+                code="message_type_conflict",
+                details={
+                    "fields": {name: ["A half message takes no delivery time."] for name in given}
+                },
+            )
+        return attrs
 
 
 class TransactionEndInSerializer(serializers.Serializer):

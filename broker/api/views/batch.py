@@ -41,7 +41,7 @@ from broker.api.serializers.batch import (
     TransactionEndBatchOutSerializer,
 )
 from broker.api.serializers.errors import ErrorDetailOutSerializer
-from broker.api.serializers.messages import MessageSendInSerializer, SendResultSerializer
+from broker.api.serializers.messages import MessageSendInSerializer
 from broker.api.serializers.transactions import (
     TransactionEndOutSerializer,
     TransactionPrepareInSerializer,
@@ -49,6 +49,7 @@ from broker.api.serializers.transactions import (
 )
 from broker.api.shapes import represented, validated
 from broker.api.views.base import error_responses
+from broker.api.views.messages import send_result_body
 from broker.conf import conf
 from broker.errors import HalfmoonError
 from broker.services.commitlog import batch
@@ -253,7 +254,10 @@ class MessageBatchView(APIView):
         responses={200: MessageBatchOutSerializer, **error_responses(413)},
         summary="Send normal messages in one batch (RocketMQ batch send)",
         description=f"{_DESCRIPTION} Needs an admin key or a key with a producer group (else "
-        "403 for the whole batch), and each item's `producer_group` as the single send.",
+        "403 for the whole batch), and each item's `producer_group` as the single send. An "
+        "item with `msg_id`, `deliver_at` or `delay_level` is stored as the single send "
+        "stores it (idempotent per msg_id; a delay message waits for its time), in the "
+        "batch's database transaction.",
     )
     def post(self, request: Request) -> Response:
         require_any_producer(request)
@@ -268,6 +272,6 @@ class MessageBatchView(APIView):
         return Response(
             _results(
                 outcomes,
-                lambda m: (status.HTTP_201_CREATED, represented(SendResultSerializer, m)),
+                lambda m: (status.HTTP_201_CREATED, send_result_body(m)),
             )
         )

@@ -40,6 +40,7 @@ from broker.plumbing.wakeups import check_requests_channel, topic_channel
 from broker.selectors.topology import producer_group_get
 from broker.services import checks
 from broker.services.consumption.receive import messages_receive
+from broker.services.consumption.subscriptions import MATCH_ALL, subscription_filter
 
 
 @dataclass(frozen=True)
@@ -188,10 +189,15 @@ class ReceiveView(LongPollAPIView):
         request=ReceiveInSerializer,
         responses={200: ReceiveOutSerializer, **error_responses(404, 413)},
         summary="Receive messages (SimpleConsumer); long-polls up to wait_ms",
+        description="Only the messages `filter` matches are delivered (TAG, or SQL92 over the "
+        'properties; docs/api.md "Filters"); the others count as consumed. A malformed '
+        "SQL92 expression is 400 `illegal_filter_expression` with the 1-based `position` "
+        "where it goes wrong.",
     )
     def post(self, request: Request, group: str) -> Response:
         require_consumer(request, group)
         data = validated(ReceiveInSerializer, request.data)
+        expression = subscription_filter(**data["filter"]) if "filter" in data else MATCH_ALL
         return LongPollResponse(
             LongPoll(
                 fetch=lambda: (
@@ -201,6 +207,7 @@ class ReceiveView(LongPollAPIView):
                             topic=data["topic"],
                             max_messages=data["max_messages"],
                             invisible_duration_ms=data["invisible_duration_ms"],
+                            filter_expression=expression,
                         ),
                         many=True,
                     ).data

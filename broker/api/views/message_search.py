@@ -39,7 +39,10 @@ class MessageSearchView(APIView):
             "a page (default 50, at most 200): by `topic`, `tag`, `key` (one of its keys), "
             "`msg_id` (a transactional message's is its transaction id), and the store time "
             "range `[start, end)` (ms). `next_before` / `previous_after` page on (null at "
-            "either end). When the search reaches before what the database keeps (pruned once "
+            "either end). `scheduled_state` (SCHEDULED, DELIVERED, RECALLED) finds delay and "
+            "timer messages as sent, by what became of them; `scheduled` says it of a delay "
+            "message as sent (`kind` `scheduled`) or of the copy the timer delivered. When "
+            "the search reaches before what the database keeps (pruned once "
             "archived), `archive` names the archive segments that hold that time. An admin key "
             "sees every message, a producer key those its producer groups sent. Two rules "
             "across parameters, which OpenAPI cannot state: at most one of `before` and "
@@ -57,6 +60,7 @@ class MessageSearchView(APIView):
             msg_id=q.get("msg_id", ""),
             start_ms=q.get("start"),
             end_ms=q.get("end"),
+            scheduled_state=q.get("scheduled_state", ""),
             producer_groups=None if scope is None else frozenset(scope),
         )
         page = message_search_page(
@@ -68,7 +72,9 @@ class MessageSearchView(APIView):
             "previous_after": page.previous_after.encode() if page.previous_after else None,
             "archive": page.archive,
         }
-        return Response(MessageSearchOutSerializer(body).data)
+        return Response(
+            MessageSearchOutSerializer(body, context={"scheduled": page.scheduled}).data
+        )
 
 
 class MessageDeliveriesView(APIView):

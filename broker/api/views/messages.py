@@ -1,7 +1,10 @@
-"""api-v1 normal messages: send, list by key, one by msg id, and what a consumer does to a
-received message: ack, change its invisible duration, forward it to the dead-letter topic."""
+"""api-v1 normal messages: send (now, or for a later time: a delay message), list by key, one
+by msg id, and what a consumer does to a received message: ack, change its invisible
+duration, forward it to the dead-letter topic."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -27,24 +30,56 @@ from broker.api.serializers.messages import (
 )
 from broker.api.shapes import represented, validated
 from broker.api.views.base import ERRORS, error_responses
-from broker.selectors.messages import message_get, messages_by_key
-from broker.services.commitlog import messages
+from broker.constants import SEND_OK
+from broker.models import Message, ScheduledMessage
+from broker.rules.timers import recall_handle_of
+from broker.selectors.messages import message_at, message_get, messages_by_key
 from broker.services.consumption import deliveries
 from broker.services.consumption.receive import messages_ack
+from broker.services.timers.schedule import message_send_timed
+
+
+def send_result_body(stored: Message | ScheduledMessage) -> dict[str, Any]:
+    """The SendResult of a send (``SendResultSerializer``): a stored message's, or for a
+    delay message that waits, its queue on its topic, its offsets on RMQ_SYS_WHEEL_TIMER,
+    its due time, state and recall handle (``recall_handle_of``, as gRPC answers it)."""
+    if isinstance(stored, Message):
+        return represented(SendResultSerializer, stored)
+    waiting = message_at(stored.commit_log_offset)
+    return {
+        "status": SEND_OK,
+        "msg_id": stored.msg_id,
+        "topic": stored.topic,
+        "queue_id": stored.queue_id,
+        "queue_offset": waiting.queue_offset if waiting is not None else 0,
+        "commit_log_offset": stored.commit_log_offset,
+        "delivery_timestamp": stored.delivery_timestamp,
+        "state": stored.state,
+        "recall_handle": recall_handle_of(
+            topic=stored.topic, delivery_timestamp=stored.delivery_timestamp, msg_id=stored.msg_id
+        ),
+    }
 
 
 class MessageListCreateView(APIView):
     @extend_schema(
         request=MessageSendInSerializer,
         responses={201: SendResultSerializer, **error_responses(404, 413)},
-        summary="Send a normal message",
+        summary="Send a normal message, now or at a later time (a delay message)",
+        description="With `deliver_at` (ms since the epoch) or `delay_level` (1..18, not "
+        "both: 400 `delivery_time_conflict`) a later time: the message is stored now and "
+        "delivered then (`state` SCHEDULED, a `recall_handle`); now or past: a normal send. "
+        "400 `illegal_delivery_time` more than HALFMOON_TIMER_MAX_DELAY_SEC ahead (a setting "
+        "and the clock: no schema states it), `illegal_delay_level`. With `msg_id`, the same "
+        "msg_id again by the same producer group to the same topic stores nothing new and "
+        "answers the stored message.",
     )
     def post(self, request: Request) -> Response:
         require_any_producer(request)
         data = validated(MessageSendInSerializer, request.data)
         group = sender_group(request, data.pop("producer_group", ""))
-        message = messages.message_send(**data, producer_group=group)
-        return Response(represented(SendResultSerializer, message), status=status.HTTP_201_CREATED)
+        stored = message_send_timed(**data, producer_group=group)
+        return Response(send_result_body(stored), status=status.HTTP_201_CREATED)
 
     @extend_schema(
         parameters=[MessageQuerySerializer],

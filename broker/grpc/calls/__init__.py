@@ -1,5 +1,5 @@
 """The calls of ``apache.rocketmq.v2.MessagingService`` by family, each a mixin of
 ``broker.grpc.service.MessagingService``: ``routes`` (QueryRoute, QueryAssignment, Heartbeat,
-NotifyClientTermination), ``producers`` (SendMessage, EndTransaction), ``consumers``
-(ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue),
-``telemetry`` (Telemetry); ``base`` what they share."""
+NotifyClientTermination), ``producers`` (SendMessage, EndTransaction), ``recall``
+(RecallMessage), ``consumers`` (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue), ``telemetry`` (Telemetry); ``base`` what they share."""

@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from broker.constants import (
@@ -23,6 +22,7 @@ from broker.grpc.convert import (
     Code,
     duration_ms,
     error_status,
+    filter_of,
     message_proto,
     status,
     timestamp_ms,
@@ -33,7 +33,8 @@ from broker.plumbing.wakeups import topic_channel
 from broker.rules.clock import now_ms
 from broker.services.access.callers import Caller
 from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
-from broker.services.consumption.receive import Received, messages_ack, messages_receive
+from broker.services.consumption.handouts import Received
+from broker.services.consumption.receive import messages_ack, messages_receive
 
 RECEIVE_DEADLINE_MARGIN_MS = 1000
 """How long before the client's deadline a receive answers (its long polling shortened)."""
@@ -50,7 +51,9 @@ class ConsumerCalls(CallsBase):
     async def ReceiveMessage(
         self, request: spb.ReceiveMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[spb.ReceiveMessageResponse]:
-        """Long-poll for messages of a topic for a consumer group (RocketMQ proxy
+        """Long-poll for messages of a topic for a consumer group that pass the request's
+        ``filter_expression`` (TAG or SQL, applied by the broker: the clients do not filter;
+        a malformed one is ILLEGAL_FILTER_EXPRESSION) (RocketMQ proxy
         ``ReceiveMessageActivity``), as the HTTP receive does: the first read in a worker
         thread, then, while nothing is found, a read after each wake-up of the topic (a commit,
         a send, or the 5 s re-check), until ``long_polling_timeout`` (at most 30 s, and ending
@@ -61,19 +64,7 @@ class ConsumerCalls(CallsBase):
         try:
             topic = request.message_queue.topic.name
             group = request.group.name
-            expression = request.filter_expression
-            if expression.type == pb.FilterType.SQL or expression.expression.strip() not in (
-                "",
-                "*",
-            ):
-                yield spb.ReceiveMessageResponse(
-                    status=status(
-                        Code.ILLEGAL_FILTER_EXPRESSION,
-                        "Halfmoon delivers every message of a topic: subscribe with the "
-                        "filter expression '*'.",
-                    )
-                )
-                return
+            expression = filter_of(request.filter_expression)
             batch = min(
                 max(request.batch_size or RECEIVE_MAX_MESSAGES[1], 1), RECEIVE_MAX_MESSAGES[1]
             )
@@ -107,6 +98,7 @@ class ConsumerCalls(CallsBase):
                     topic=topic,
                     max_messages=batch,
                     invisible_duration_ms=invisible_ms,
+                    filter_expression=expression,
                 )
 
             def first(caller: Caller, metadata: CallMetadata) -> list[Received]:

@@ -1,5 +1,7 @@
-"""Producers' calls: SendMessage (normal and half messages) and EndTransaction (the RocketMQ
-proxy's ``SendMessageActivity`` and ``EndTransactionActivity``)."""
+"""Producers' calls: SendMessage (normal, delay and half messages) and EndTransaction (the
+RocketMQ proxy's ``SendMessageActivity`` and ``EndTransactionActivity``).
+
+RecallMessage, which takes a delay message back, is ``broker.grpc.calls.recall``'s."""
 
 from __future__ import annotations
 
@@ -16,11 +18,21 @@ from broker.grpc.auth import CallMetadata, call_metadata, caller_authenticate, n
 from broker.grpc.calls.base import CallsBase, answered
 from broker.grpc.convert import OK, Code, Outgoing, error_status, outgoing_of, status
 from broker.models import Message
+from broker.rules.timers import recall_handle_of
+from broker.selectors.messages import message_at
 from broker.services.commitlog.messages import message_send, msg_id_validate
+from broker.services.timers.schedule import message_send_at
 from broker.services.topology import clients
 
 PUBLISHED_REMEMBERED = 100_000
 """(client, producer group, topic) triples a process remembers as recorded on the client's row."""
+
+_TIMELESS_TYPES = (
+    pb.MessageType.NORMAL,
+    pb.MessageType.MESSAGE_TYPE_UNSPECIFIED,
+    pb.MessageType.TRANSACTION,
+)
+"""The served types a message with a ``delivery_timestamp`` may not have (only DELAY may)."""
 
 _RESOLUTIONS = {
     pb.TransactionResolution.COMMIT: "commit",
@@ -36,12 +48,16 @@ class ProducerCalls(CallsBase):
     async def SendMessage(
         self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> spb.SendMessageResponse:
-        """Store each message of the request: NORMAL through ``message_send``, TRANSACTION (a
+        """Store each message of the request: NORMAL through ``message_send``, DELAY through
+        ``message_send_at`` (its entry carries a recall handle while it waits), TRANSACTION (a
         half message) through ``transaction_prepare_batch`` with the half messages arriving
         beside it (``broker.grpc.group_commit``) as the caller's producer group
-        (``clients.grpc_producer_group_resolve``), both keeping the client's message id and
-        idempotent by it (the client resends a failed send with the same id). One entry per
-        message; the top-level status is the first failed entry's, else OK."""
+        (``clients.grpc_producer_group_resolve``), all keeping the client's message id and
+        idempotent by it (the client resends a failed send with the same id). A DELAY message
+        without ``delivery_timestamp``, or a NORMAL or TRANSACTION one with it, is
+        MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (the proxy's check); one due beyond
+        ``HALFMOON_TIMER_MAX_DELAY_SEC`` ILLEGAL_DELIVERY_TIME. One entry per message; the
+        top-level status is the first failed entry's, else OK."""
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "No message to send."))
         metadata = call_metadata(context)
@@ -57,6 +73,9 @@ class ProducerCalls(CallsBase):
             if not out.msg_id.strip():
                 raise InvalidInput("The message id is blank.", code="invalid_msg_id")
             msg_id_validate(out.msg_id)
+            _type_check(out)
+            if out.message_type == pb.MessageType.DELAY:
+                return await self.workers.run(functools.partial(self._delay_send, out, metadata))
             if out.message_type == pb.MessageType.TRANSACTION:
                 tx, _ = await self.half_messages.run(
                     functools.partial(self._half_message_item, out, metadata)
@@ -72,7 +91,7 @@ class ProducerCalls(CallsBase):
                 pb.MessageType.MESSAGE_TYPE_UNSPECIFIED,
             ):
                 raise InvalidInput(
-                    f"Halfmoon serves NORMAL and TRANSACTION messages, not "
+                    f"Halfmoon serves NORMAL, DELAY and TRANSACTION messages, not "
                     f"{pb.MessageType.Name(out.message_type)}.",
                     code="message_type_not_served",
                 )
@@ -88,6 +107,39 @@ class ProducerCalls(CallsBase):
             )
         except Exception as exc:
             return spb.SendResultEntry(status=error_status(exc, call="SendMessage"))
+
+    def _delay_send(self, out: Outgoing, metadata: CallMetadata) -> spb.SendResultEntry:
+        """In a worker thread: store the DELAY message ``out`` as the caller's sender group
+        (``clients.grpc_sender_group``, as a NORMAL one) through ``message_send_at``; its
+        entry: a message due now or past is a normal one (no recall handle), a waiting one
+        answers its offset on ``RMQ_SYS_WHEEL_TIMER`` and its recall handle (RocketMQ
+        ``HandleV1``: topic, broker name, due time, message id).
+
+        Raises:
+            Unauthorized; InvalidInput (``illegal_delivery_time``); ``message_send``'s errors.
+        """
+        assert out.delivery_timestamp is not None  # _type_check
+        caller = caller_authenticate(metadata)
+        group = clients.grpc_sender_group(caller=caller, topic=out.topic)
+        stored = message_send_at(
+            delivery_timestamp=out.delivery_timestamp,
+            **out.send_arguments(),
+            producer_group=group,
+        )
+        if isinstance(stored, Message):
+            return spb.SendResultEntry(
+                status=OK, message_id=stored.msg_id, offset=stored.queue_offset
+            )
+        waiting = message_at(stored.commit_log_offset)
+        handle = recall_handle_of(
+            topic=stored.topic, delivery_timestamp=stored.delivery_timestamp, msg_id=stored.msg_id
+        )
+        return spb.SendResultEntry(
+            status=OK,
+            message_id=stored.msg_id,
+            offset=waiting.queue_offset if waiting is not None else 0,
+            recall_handle=handle,
+        )
 
     def _half_message_item(self, out: Outgoing, metadata: CallMetadata) -> dict[str, Any]:
         """In a worker thread: ``transaction_prepare``'s arguments for a half message sent by
@@ -158,3 +210,18 @@ class ProducerCalls(CallsBase):
 
         await self.ends.run(item)
         return spb.EndTransactionResponse(status=OK)
+
+
+def _type_check(out: Outgoing) -> None:
+    """Raises InvalidInput ``message_type_conflict`` (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE) for
+    a DELAY message without a delivery timestamp, or a NORMAL or TRANSACTION one with one
+    (RocketMQ proxy ``SendMessageActivity``: the type and the properties must agree)."""
+    if out.message_type == pb.MessageType.DELAY and out.delivery_timestamp is None:
+        raise InvalidInput(
+            "A DELAY message needs a delivery_timestamp.", code="message_type_conflict"
+        )
+    if out.message_type in _TIMELESS_TYPES and out.delivery_timestamp is not None:
+        raise InvalidInput(
+            f"A {pb.MessageType.Name(out.message_type)} message may not have a delivery_timestamp: send it as DELAY.",
+            code="message_type_conflict",
+        )

@@ -7,6 +7,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from broker.constants import BROKER_NAME
 from broker.errors import not_found
 from broker.grpc.auth import CallMetadata
 from broker.grpc.calls.base import CallsBase, answered, consumer_check, route_topic
@@ -16,10 +17,9 @@ from broker.models import Topic
 from broker.services.access.callers import Caller
 from broker.services.topology import clients
 
-BROKER_NAME = "halfmoon"
-"""The broker name of every message queue in a route (one broker, id 0: the master)."""
-ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.TRANSACTION)
-"""The message types every topic accepts (FIFO and DELAY messages are not served)."""
+ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
+"""The message types every topic accepts (the clients check them before sending; FIFO, PRIORITY
+and LITE messages are not served, so a client refuses them itself)."""
 
 
 class RouteCalls(CallsBase):

@@ -14,12 +14,13 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from broker.errors import not_found
 from broker.grpc.auth import CallMetadata, call_metadata, caller_authenticate, namespace_check
 from broker.grpc.calls.base import CallsBase, consumer_check
-from broker.grpc.convert import Code, client_kind, error_status, language_name, status
+from broker.grpc.convert import Code, client_kind, error_status, filter_of, language_name, status
 from broker.grpc.telemetry import TelemetryStream, settings_answer
 from broker.lookups import consumer_group_by_name
 from broker.models import ClientConnection
 from broker.plumbing.telemetry_bus import telemetry_server_id
 from broker.services.access.callers import Caller
+from broker.services.consumption.subscriptions import subscriptions_record
 from broker.services.topology import clients
 
 logger = logging.getLogger("halfmoon.grpc")
@@ -142,12 +143,18 @@ class TelemetryCalls(CallsBase):
             namespace_check(settings.subscription.group.resource_namespace)
             topics = [s.topic.name for s in settings.subscription.subscriptions]
             consumer_group = settings.subscription.group.name
+            # Checked before anything is written: a malformed one answers
+            # ILLEGAL_FILTER_EXPRESSION.
+            filters = {
+                s.topic.name: filter_of(s.expression) for s in settings.subscription.subscriptions
+            }
             if consumer_group:
                 consumer_check(caller, consumer_group)
                 group = consumer_group_by_name(consumer_group)
                 if group is None:
                     raise not_found("consumer_group", consumer_group)
                 max_attempts = group.max_delivery_attempts
+                subscriptions_record(consumer_group=consumer_group, expressions=filters)
         clients.client_settings_record(
             client_id=metadata.client_id,
             kind=kind,

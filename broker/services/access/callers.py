@@ -26,6 +26,11 @@ class Caller:
         """Send half messages to and end transactions of producer group ``group``."""
         return self.is_admin or group in self.producer_groups
 
+    def may_send(self) -> bool:
+        """Send normal (and delay) messages to any user topic: an admin key or a key with a
+        producer group (api-v1, Authentication; HTTP's ``require_any_producer``)."""
+        return self.is_admin or bool(self.producer_groups)
+
     def may_consume(self, group: str) -> bool:
         """Receive, ack and change deliveries of consumer group ``group``."""
         return self.is_admin or group in self.consumer_groups

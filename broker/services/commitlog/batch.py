@@ -5,20 +5,23 @@ More: docs/design.md, "Module notes", broker/services/commitlog/batch.py."""
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
 from broker.conf import conf
-from broker.constants import HALF_TOPIC
+from broker.constants import HALF_TOPIC, TIMER_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
-from broker.models import ConsumeQueue, Message, Transaction
+from broker.models import ConsumeQueue, Message, ScheduledMessage, Transaction
 from broker.rules.states import RESOLVING_ACTIONS
 from broker.services.commitlog.messages import message_plan
 from broker.services.commitlog.storage import messages_store, new_msg_id
+from broker.services.timers.schedule import message_send_timed
 from broker.services.transactions.end import end_resolved_by, transaction_end
 from broker.services.transactions.half import (
     HalfPlan,
@@ -152,14 +155,39 @@ def transaction_prepare_batch(
     return outcomes
 
 
-def message_send_batch(*, sends: Sequence[BatchItem]) -> list[Message | Exception]:
-    """Store the normal messages of ``sends`` (``message_send``'s keyword arguments, or an
-    item's error) in one database transaction and one statement (api-v1 ``POST
-    /messages/batch``; ``messages_store``). Each item is checked and built by ``message_plan``
-    (the rules of a send); an item that fails them is answered alone.
+def _one_by_one(item: dict[str, Any]) -> bool:
+    """An item of a normal message batch that goes through the single send: one with its own
+    ``msg_id`` (idempotent per msg_id) or a delivery time (``deliver_at``, ``delay_level``)."""
+    return any(item.get(name) is not None for name in ("msg_id", "deliver_at", "delay_level"))
+
+
+def _msg_ids_lock(msg_ids: Sequence[str]) -> None:
+    """Take the single send's advisory lock of each of ``msg_ids`` (``message_send``), in the
+    order given (sorted by the caller), until the current database transaction ends."""
+    if msg_ids:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(hashtextextended(m, 0))) "
+                "FROM unnest(%s::text[]) AS m",
+                [list(msg_ids)],
+            )
+
+
+def message_send_batch(
+    *, sends: Sequence[BatchItem]
+) -> list[Message | ScheduledMessage | Exception]:
+    """Store the normal messages of ``sends`` (``message_send_timed``'s keyword arguments, or
+    an item's error) in one database transaction (api-v1 ``POST /messages/batch``). Each item
+    is checked and built by ``message_plan`` (the rules of a send); an item that fails them is
+    answered alone. The items without ``msg_id``, ``deliver_at`` or ``delay_level`` are stored
+    by one statement (``messages_store``); the others go through ``message_send_timed`` one by
+    one (idempotent per msg_id; scheduled when due later), in the same database transaction,
+    after their msg_ids' locks (sorted) and their queues' counters (``(topic, queue_id)``
+    order) are taken, the order every writer takes.
 
     Returns:
-        per item, in order: the stored ``Message``, or the error of that item.
+        per item, in order: the stored ``Message`` (or the ``ScheduledMessage`` of one that
+        waits for its time), or the error of that item.
 
     Raises:
         InvalidInput: ``batch_empty``, ``batch_too_large``; nothing stored.
@@ -167,14 +195,43 @@ def message_send_batch(*, sends: Sequence[BatchItem]) -> list[Message | Exceptio
     """
     batch_size_check(len(sends))
     outcomes: list[Any] = list(sends)
+    singles: dict[int, dict[str, Any]] = {}
+    queues: set[tuple[str, int]] = set()
     for index, item in enumerate(sends):
         if isinstance(item, Exception):
             continue
+        single = _one_by_one(item)
+        if single and item.get("msg_id") is None:  # its queue known now, from its msg_id
+            item = {**item, "msg_id": new_msg_id()}
+        timed = item.get("deliver_at") is not None or item.get("delay_level") is not None
+        untimed = {k: v for k, v in item.items() if k not in ("deliver_at", "delay_level")}
         try:
-            outcomes[index] = message_plan(**item)
+            planned = message_plan(**untimed)
         except HalfmoonError as exc:
             outcomes[index] = exc
-    messages_store([outcome for outcome in outcomes if isinstance(outcome, Message)])
+            continue
+        if not single:
+            outcomes[index] = planned
+            continue
+        singles[index] = item
+        queues.add((planned.topic, planned.queue_id))
+        if timed:
+            queues.add((TIMER_TOPIC, 0))
+    bulk = [outcome for outcome in outcomes if isinstance(outcome, Message)]
+    if not singles:
+        messages_store(bulk)
+        return outcomes
+    with transaction.atomic():
+        _msg_ids_lock(sorted({item["msg_id"] for item in singles.values()}))
+        queues |= {(message.topic, message.queue_id) for message in bulk}
+        _queue_counters_lock(
+            functools.reduce(operator.or_, (Q(topic=t, queue_id=q) for t, q in sorted(queues)))
+        )
+        messages_store(bulk)
+        for index, outcome in zip(
+            singles, _run(list(singles.values()), message_send_timed), strict=True
+        ):
+            outcomes[index] = outcome
     return outcomes
 
 

@@ -129,7 +129,7 @@ def message_deliver_cte(
         (SQL of the CTEs ``{name}_src``, ``{name}_counts``, ``{name}_locked``, ``{name}_slot``
         and ``{name}``, without ``WITH``; their parameters).
     """
-    copied = ", ".join(f"m.{c}" for c in _COPIED_COLUMNS)
+    copied = ", ".join(f"m.{c}" for c in COPIED_COLUMNS)
     sql = (
         f"{name}_src AS (SELECT g.transaction_id, g.topic, g.queue_id, h.commit_log_offset "
         f"AS source_offset FROM {source} g JOIN broker_message h "
@@ -138,7 +138,7 @@ def message_deliver_cte(
         "GROUP BY topic, queue_id), "
         f"{queue_slots_cte(name=name, counts=f'{name}_counts')}, "
         f"{name} AS (INSERT INTO broker_message (topic, queue_id, queue_offset, properties, "
-        f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(_COPIED_COLUMNS)}) "
+        f"sys_flag, store_timestamp, prepared_transaction_offset, {', '.join(COPIED_COLUMNS)}) "
         "SELECT s.topic, s.queue_id, sl.base - 1 + row_number() OVER "
         "(PARTITION BY s.topic, s.queue_id ORDER BY s.transaction_id), "
         f"m.properties - %s::text[], %s, %s, m.commit_log_offset, {copied} FROM {name}_src s "
@@ -149,8 +149,7 @@ def message_deliver_cte(
     return sql, [list(drop_properties), sys_flag, now_ms()]
 
 
-# What ``message_copy`` takes from the source message unchanged.
-_COPIED_COLUMNS = (
+COPIED_COLUMNS = (
     "msg_id",
     "tags",
     "keys",
@@ -159,3 +158,5 @@ _COPIED_COLUMNS = (
     "producer_group",
     "born_timestamp",
 )
+"""What a copy inside the database takes from its source message unchanged, as
+``message_copy`` does (``message_deliver_cte``, the timer's ``scheduled_messages_deliver``)."""

@@ -21,7 +21,8 @@ from broker.errors import InvalidInput, NotFound, not_found
 from broker.lookups import consumer_group_by_name
 from broker.models import ConsumerGroup, Delivery
 from broker.rules.clock import now_ms
-from broker.services.consumption.receive import Received, delivery_move_to_dlq, receipt_handle_new
+from broker.services.consumption.handouts import Received, receipt_handle_new
+from broker.services.consumption.receive import delivery_move_to_dlq
 
 CHANGE_INVISIBLE_DURATION_MS: tuple[int, int] = (0, RECEIVE_INVISIBLE_DURATION_MS[1])
 """Bounds (ms, inclusive) of a new invisible duration: the proxy's ``GrpcValidator`` checks a

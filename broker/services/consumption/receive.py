@@ -18,10 +18,7 @@ duration, forward it to the DLQ) is in ``broker.services.consumption.deliveries`
 from __future__ import annotations
 
 import functools
-import random
-import secrets
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import TypeVar
 
 from django.db import connection, transaction
@@ -34,53 +31,23 @@ from broker.constants import (
 )
 from broker.errors import Forbidden, NotFoundKind, not_found
 from broker.lookups import consumer_group_by_name, topic_by_name
-from broker.models import (
-    ConsumerGroup,
-    ConsumerOffset,
-    Delivery,
-    DeliveryEvent,
-    Message,
-    model_from_row,
-)
+from broker.models import ConsumerGroup, Delivery, DeliveryEvent, Message
 from broker.plumbing.sql import statement_cursor
 from broker.rules.clock import now_ms
+from broker.rules.filters import FilterExpression
 from broker.rules.topics import is_undeliverable_topic
+from broker.selectors.filter_sql import filter_condition
 from broker.services.commitlog.storage import message_copy
+from broker.services.consumption.handouts import (
+    Received,
+    journal_entry,
+    journal_insert_sql,
+    receipt_handle_new,
+)
+from broker.services.consumption.subscriptions import subscription_record
+from broker.services.consumption.take import messages_take
 
 _Row = TypeVar("_Row")
-
-
-@dataclass(frozen=True)
-class Received:
-    """One message handed to a receiver, with its receipt handle and attempt number."""
-
-    message: Message
-    delivery_attempt: int
-    receipt_handle: str
-
-
-def receipt_handle_new() -> str:
-    """A new receipt handle: 32 URL-safe characters (24 random bytes), unguessable, so a
-    handle names one hand-out of one delivery (``Delivery.receipt_handle``, at most 64)."""
-    return secrets.token_urlsafe(24)
-
-
-def _journal_entry(
-    *, group: str, message: Message, kind: str, attempt: int, now: int
-) -> DeliveryEvent:
-    """The delivery journal row (not saved) saying ``message`` was handed to, acked by or
-    dead-lettered for ``group`` at ``now`` (ms), at delivery attempt ``attempt``."""
-    return DeliveryEvent(
-        consumer_group=group,
-        topic=message.topic,
-        queue_id=message.queue_id,
-        queue_offset=message.queue_offset,
-        commit_log_offset=message.commit_log_offset,
-        msg_id=message.msg_id,
-        kind=kind,
-        delivery_attempt=attempt,
-        timestamp=now,
-    )
 
 
 def delivery_move_to_dlq(delivery: Delivery, group: ConsumerGroup, *, now: int) -> DeliveryEvent:
@@ -107,7 +74,7 @@ def delivery_move_to_dlq(delivery: Delivery, group: ConsumerGroup, *, now: int) 
         message, topic=dlq_topic(group.name), queue_id=0, properties=props, system_queue_nums=1
     )
     delivery.delete()
-    return _journal_entry(
+    return journal_entry(
         group=group.name,
         message=message,
         kind=DeliveryEvent.Kind.DEAD_LETTERED,
@@ -128,16 +95,26 @@ def _found(row: _Row | None, kind: NotFoundKind, name: str) -> _Row:
 
 
 def messages_receive(
-    *, consumer_group: str, topic: str, max_messages: int, invisible_duration_ms: int
+    *,
+    consumer_group: str,
+    topic: str,
+    max_messages: int,
+    invisible_duration_ms: int,
+    filter_expression: FilterExpression | None = None,
 ) -> list[Received]:
     """Take up to ``max_messages`` messages of ``topic`` for ``consumer_group``, once.
+
+    ``filter_expression`` (TAG or SQL92, default TAG ``*``) is applied by the statement that
+    takes new messages: a message it rejects is never handed to the group and counts as
+    consumed (the group's offset passes it; RocketMQ's semantics: no retry, no dead letter).
+    It is recorded as the group's subscription of the topic (``subscription_record``).
 
     Expired deliveries of the group come first (redelivered, or dead-lettered past
     ``max_delivery_attempts``), then new messages from the group's queue offsets. Queues locked
     by a concurrent receiver of the same group are skipped (``SKIP LOCKED``), so two receivers
     never get the same message at the same time. Each message handed out is journalled as a
     ``DeliveryEvent`` ``delivered`` (with its attempt), each dead letter as ``dead_lettered``.
-    The new messages are taken in one statement (``_take``), so a receive is BEGIN, the expired
+    The new messages are taken in one statement (``messages_take``), so a receive is BEGIN, the expired
     deliveries, that statement and COMMIT.
 
     Raises:
@@ -153,6 +130,11 @@ def messages_receive(
             details={"topic": topic},
         )
     topic_obj = _found(topic_by_name(topic), "topic", topic)
+    if filter_expression is not None:
+        subscription_record(
+            consumer_group=consumer_group, topic=topic, expression=filter_expression
+        )
+    condition = filter_condition(filter_expression) if filter_expression is not None else None
     now = now_ms()
     until = now + invisible_duration_ms
     out: list[Received] = []
@@ -183,7 +165,7 @@ def messages_receive(
             handed.append((delivery.message, delivery.delivery_attempt))
 
         journal.extend(
-            _journal_entry(
+            journal_entry(
                 group=consumer_group,
                 message=m,
                 kind=DeliveryEvent.Kind.DELIVERED,
@@ -196,121 +178,16 @@ def messages_receive(
         want = max_messages - len(out)
         if want > 0:
             out.extend(
-                _take(
+                messages_take(
                     consumer_group=consumer_group,
                     topic=topic,
                     queue_nums=topic_obj.queue_nums,
                     want=want,
                     until=until,
                     now=now,
+                    condition=condition,
                 )
             )
-    return out
-
-
-def _offsets_create(consumer_group: str, topic: str, queue_nums: int) -> None:
-    """Create the group's missing offsets of ``topic`` (at 0): its first receive of the topic,
-    or queues added since."""
-    ConsumerOffset.objects.bulk_create(
-        [
-            ConsumerOffset(consumer_group=consumer_group, topic=topic, queue_id=q)
-            for q in range(queue_nums)
-        ],
-        ignore_conflicts=True,
-    )
-
-
-def _journal_insert_sql(source: str, *, attempt: str, order: str) -> str:
-    """The delivery journal's insert (``_journal_entry``'s row) of every message
-    row of the CTE ``source`` (its ``topic``, ``queue_id``, ``queue_offset``,
-    ``commit_log_offset`` and ``msg_id``), for the group ``%(group)s``, of kind ``%(kind)s`` at
-    ``%(now)s`` (ms); ``attempt`` and ``order`` are SQL expressions over ``source``."""
-    qn = connection.ops.quote_name
-    return (
-        f"INSERT INTO {DeliveryEvent._meta.db_table} (consumer_group, topic, queue_id, "
-        f"queue_offset, commit_log_offset, msg_id, kind, delivery_attempt, {qn('timestamp')}) "
-        "SELECT %(group)s, topic, queue_id, queue_offset, commit_log_offset, msg_id, %(kind)s, "
-        f"{attempt}, %(now)s FROM {source} ORDER BY {order}"
-    )
-
-
-@functools.cache
-def _take_sql() -> str:
-    """The statement of ``_take``, built once per process."""
-    qn = connection.ops.quote_name
-    columns = ", ".join(f"m.{qn(f.column)}" for f in Message._meta.concrete_fields)
-    taken_columns = ", ".join(f"t.{qn(f.column)}" for f in Message._meta.concrete_fields)
-    offsets, messages = ConsumerOffset._meta.db_table, Message._meta.db_table
-    deliveries = Delivery._meta.db_table
-    return (
-        # The group's offsets no concurrent receiver holds, locked.
-        f"WITH offs AS (SELECT o.id, o.queue_id, o.{qn('offset')} AS next FROM {offsets} o "
-        "WHERE o.consumer_group = %(group)s AND o.topic = %(topic)s FOR UPDATE SKIP LOCKED), "
-        # Up to want messages from each queue at or past its offset (the unique (topic,
-        # queue_id, queue_offset) index), numbered queue by queue in the receive's random
-        # queue order, then by queue offset.
-        f"cand AS (SELECT {columns}, o.id AS offset_id, row_number() OVER ("
-        "ORDER BY array_position(%(queue_order)s::int[], m.queue_id), m.queue_offset) AS rn "
-        f"FROM offs o CROSS JOIN LATERAL (SELECT * FROM {messages} m WHERE m.topic = %(topic)s "
-        "AND m.queue_id = o.queue_id AND m.queue_offset >= o.next ORDER BY m.queue_offset "
-        "LIMIT %(want)s) m), "
-        "taken AS (SELECT * FROM cand WHERE rn <= %(want)s), "
-        f"handed AS (INSERT INTO {deliveries} (consumer_group, message_id, topic, "
-        "delivery_attempt, invisible_until_timestamp, receipt_handle) SELECT %(group)s, "
-        "commit_log_offset, %(topic)s, 1, %(until)s, (%(handles)s::text[])[rn] FROM taken), "
-        f"advanced AS (UPDATE {offsets} o SET {qn('offset')} = a.next FROM (SELECT offset_id, "
-        "max(queue_offset) + 1 AS next FROM taken GROUP BY offset_id) a WHERE o.id = a.offset_id), "
-        f"journalled AS ({_journal_insert_sql('taken', attempt='1', order='rn')}) "
-        # One row even when nothing was taken: how many offsets were locked.
-        f"SELECT l.n, (%(handles)s::text[])[t.rn], {taken_columns} "
-        "FROM (SELECT count(*) AS n FROM offs) l LEFT JOIN taken t ON true ORDER BY t.rn"
-    )
-
-
-def _take(
-    *, consumer_group: str, topic: str, queue_nums: int, want: int, until: int, now: int
-) -> list[Received]:
-    """Inside the receive's database transaction: take up to ``want`` new messages
-    of ``topic`` for ``consumer_group`` in ONE statement (``_take_sql``): lock the group's
-    offsets that no concurrent receiver holds (``SKIP LOCKED``), read each queue's messages at
-    or past its offset, queues in a random order (no queue starves the others when ``want``
-    is small), insert their ``Delivery`` rows (attempt 1, invisible until ``until``, ms) and
-    ``delivered`` journal rows (at ``now``, ms) and advance the offsets. When the group has
-    fewer offsets than the topic's ``queue_nums``, they are created and the statement runs
-    once more for what is still wanted (the offsets already advanced stay locked by this
-    transaction and are read again from there).
-
-    Returns:
-        the messages taken, each with attempt 1 and its new receipt handle, in queue order.
-    """
-    sql = _take_sql()
-    properties = Message._meta.get_field("properties")
-    out: list[Received] = []
-    for attempt in range(2):
-        order = list(range(queue_nums))
-        random.shuffle(order)
-        params = {
-            "group": consumer_group,
-            "topic": topic,
-            "queue_order": order,
-            "want": want - len(out),
-            "handles": [receipt_handle_new() for _ in range(want - len(out))],
-            "until": until,
-            "now": now,
-            "kind": DeliveryEvent.Kind.DELIVERED.value,
-        }
-        with statement_cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        for _, handle, *values in rows:
-            if handle is None:
-                continue  # nothing taken: the one row saying how many offsets were locked
-            message = model_from_row(Message, values)
-            message.properties = properties.from_db_value(message.properties, None, connection)
-            out.append(Received(message, 1, handle))
-        if attempt or rows[0][0] >= queue_nums or len(out) >= want:
-            break
-        _offsets_create(consumer_group, topic, queue_nums)
     return out
 
 
@@ -344,7 +221,7 @@ def messages_ack(
 def _ack_sql() -> str:
     """The statement of ``_ack``, built once per process."""
     deliveries, messages = Delivery._meta.db_table, Message._meta.db_table
-    journal = _journal_insert_sql("acked", attempt="delivery_attempt", order="commit_log_offset")
+    journal = journal_insert_sql("acked", attempt="delivery_attempt", order="commit_log_offset")
     return (
         f"WITH acked AS (DELETE FROM {deliveries} d USING {messages} m "
         "WHERE d.consumer_group = %(group)s AND d.receipt_handle = ANY(%(handles)s::text[]) "

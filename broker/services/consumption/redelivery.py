@@ -17,7 +17,7 @@ from broker.models import AuditEntry, Delivery, DeliveryEvent, Message
 from broker.plumbing.sql import statement_cursor
 from broker.rules.clock import now_ms
 from broker.rules.topics import is_undeliverable_topic
-from broker.services.consumption.receive import receipt_handle_new
+from broker.services.consumption.handouts import receipt_handle_new
 from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
 
 _REDELIVER_CHUNK = 5_000  # messages per upsert statement (~0.1 s)

@@ -191,7 +191,13 @@ def grpc_producer_group_resolve(*, caller: Caller, topic: str) -> str:
 def grpc_sender_group(*, caller: Caller, topic: str) -> str:
     """The producer group a normal message sent over gRPC to ``topic`` is stored with: the
     group ``grpc_producer_group`` names when it exists and the caller may act for it, else ""
-    (no sender group, as an HTTP send naming none). Never creates a group."""
+    (no sender group, as an HTTP send naming none). Never creates a group.
+
+    Raises:
+        Forbidden: the caller may not send normal messages at all (``Caller.may_send``).
+    """
+    if not caller.may_send():
+        raise Forbidden("Sending messages needs an admin key or a key with a producer group.")
     group = grpc_producer_group(topic=topic, key_producer_groups=caller.key_producer_groups())
     if caller.may_produce(group) and producer_group_exists(group):
         return group

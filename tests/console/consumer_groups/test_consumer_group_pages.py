@@ -169,3 +169,28 @@ def test_a_dead_letter_set_lists_its_dead_letters_by_their_dlq_offset(
     page = client.get(url).content.decode()
     assert page.count('<tr class="result-done">') == 6
     assert all(cell in page for cell in cells)
+
+
+def test_the_page_shows_the_groups_subscriptions_and_a_filtered_message_says_so(client, db):
+    from broker.services.consumption.subscriptions import subscription_filter
+
+    topic_create(name="Orders", queue_nums=1)
+    consumer_group_create(name="billing")
+    hot = message_send(topic="Orders", body=b"hot", tags="Hot")
+    cold = message_send(topic="Orders", body=b"cold", tags="Cold")
+    got = messages_receive(
+        consumer_group="billing",
+        topic="Orders",
+        max_messages=16,
+        invisible_duration_ms=60_000,
+        filter_expression=subscription_filter(type="TAG", expression="Hot || Warm"),
+    )
+    assert [r.message.pk for r in got] == [hot.pk]
+    signed_in(client, "viewer")
+
+    page = client.get("/console/consumer-groups/billing/").content.decode()
+
+    table = page[page.index('id="subscriptions"') :]
+    assert "<td>TAG</td><td><code>Hot || Warm</code></td>" in table[: table.index("</table>")]
+    detail = client.get(f"/console/messages/{cold.pk}/").content.decode()
+    assert "filtered out by the group&#x27;s subscription" in detail

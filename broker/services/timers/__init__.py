@@ -1,0 +1,1 @@
+"""Delay and timer messages: scheduling at send, the timer that delivers them, recall."""
