@@ -80,6 +80,9 @@ class Message(models.Model):
     properties = models.JSONField(default=dict, blank=True)
     sys_flag = models.IntegerField(default=0, help_text="MessageSysFlag transaction bits")
     producer_group = models.CharField(max_length=127, blank=True, default="")
+    message_group = models.CharField(
+        max_length=64, blank=True, default="", db_default="", help_text="FIFO message group"
+    )
     born_timestamp = models.BigIntegerField()
     store_timestamp = models.BigIntegerField(default=now_ms)
     prepared_transaction_offset = models.BigIntegerField(

@@ -43,6 +43,9 @@ class ConsumerGroup(models.Model):
 
     name = models.CharField(max_length=127, unique=True)
     max_delivery_attempts = models.PositiveIntegerField(default=16)
+    fifo = models.BooleanField(
+        default=False, db_default=False, help_text="Consume each message group in send order"
+    )
     created_timestamp = models.BigIntegerField(default=now_ms)
 
     class Meta:
