@@ -53,10 +53,10 @@ class TopicAdmin(ServiceAdmin):
     topics (the broker's own) are view-only."""
 
     form = TopicForm
-    fields = ["name", "queue_nums"]
+    fields = ["name", "queue_nums", "message_type"]
     change_readonly_fields = ("name", "system", "created_timestamp")
-    list_display = ["name", "queue_nums", "system", "created_timestamp"]
-    list_filter = ["system"]
+    list_display = ["name", "queue_nums", "message_type", "system", "created_timestamp"]
+    list_filter = ["system", "message_type"]
     search_fields = ["name"]
 
     def has_change_permission(self, request: HttpRequest, obj: models.Topic | None = None) -> bool:
@@ -66,7 +66,9 @@ class TopicAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: models.Topic, form: forms.ModelForm, change: bool
     ) -> None:
         write = topic_update if change else topic_create
-        adopt_saved(obj, write(name=obj.name, queue_nums=obj.queue_nums))
+        adopt_saved(
+            obj, write(name=obj.name, queue_nums=obj.queue_nums, message_type=obj.message_type)
+        )
 
 
 class GroupForm(forms.ModelForm):
