@@ -19,7 +19,7 @@ def test_the_owner_creates_a_topic(owner):
 
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"name", "queue_nums", "created_timestamp"}
+    assert set(body) == {"name", "queue_nums", "message_type", "created_timestamp"}
     assert body["name"] == "TranTest"
     assert body["queue_nums"] == 4
     assert isinstance(body["created_timestamp"], int)
