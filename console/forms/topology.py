@@ -58,6 +58,7 @@ def _message_type_field() -> forms.ChoiceField:
         label="Message type",
         choices=TopicMessageType.choices,
         initial=TopicMessageType.MIXED,
+        required=False,  # left out: MIXED for a new topic, unchanged for an existing one
         help_text="The type of message the topic accepts (RocketMQ's message.type): NORMAL, "
         "FIFO, DELAY or TRANSACTION; MIXED accepts all. A change applies to the messages sent "
         "from then on.",

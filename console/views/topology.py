@@ -20,6 +20,7 @@ from django.views import View
 
 from broker.conf import conf
 from broker.errors import NotFound
+from broker.rules.message_types import TopicMessageType
 from broker.selectors.check_explanations import check_explanation_of_producer_group
 from broker.selectors.clients import (
     ClientCounts,
@@ -169,7 +170,9 @@ class TopicCreateView(ServiceFormView):
 
     def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return topology_writes.topic_create(
-            name=data["name"], queue_nums=data["queue_nums"], message_type=data["message_type"]
+            name=data["name"],
+            queue_nums=data["queue_nums"],
+            message_type=data.get("message_type") or TopicMessageType.MIXED,
         )
 
 
@@ -188,7 +191,9 @@ class TopicEditView(ServiceFormView):
 
     def apply(self, data: dict[str, Any], name: str | None) -> Any:
         return topology_writes.topic_update(
-            name=name or "", queue_nums=data["queue_nums"], message_type=data["message_type"]
+            name=name or "",
+            queue_nums=data["queue_nums"],
+            message_type=data.get("message_type") or None,
         )
 
 
