@@ -22,8 +22,7 @@ T = TopicMessageType
 def test_the_types_are_rocketmqs_with_mixed_last():
     assert T.values == ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"]
     assert MESSAGE_TYPES == (T.NORMAL, T.FIFO, T.DELAY, T.TRANSACTION)
-    assert T.MIXED.label == "MIXED (every type)"
-    assert T.FIFO.label == "FIFO"
+    assert T.labels == ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED (every type)"]
 
 
 @pytest.mark.parametrize(
