@@ -237,6 +237,7 @@ def topic_update(
             changed.append("message_type")
         if changed:
             topic.save(update_fields=changed)  # post_save forgets the cached topic
+        if "queue_nums" in changed:
             _consume_queues_ensure(name, topic.queue_nums)
     return topic
 
