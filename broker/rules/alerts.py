@@ -237,13 +237,21 @@ def dlq_growing_finding(
 
 
 def fifo_blocked_finding(
-    group: str, *, blocked: int, oldest_since: int, message_group: str, threshold_s: int, now: int
+    group: str,
+    *,
+    blocked: int,
+    oldest_since: int | None,
+    message_group: str,
+    threshold_s: int,
+    now: int,
 ) -> Finding | None:
     """``fifo_blocked``: fires when a message group of the FIFO consumer group has been blocked
     (its head failed at least once and holds back the messages behind it) since
-    ``oldest_since`` (ms, the oldest of the group's ``blocked`` message groups; the head's
-    first hand-out) for more than ``threshold_s`` seconds at ``now``. ``value``: that age in
-    seconds."""
+    ``oldest_since`` (ms, the oldest of the group's ``blocked`` message groups: its head's
+    first hand-out; None, unknown: no finding) for more than ``threshold_s`` seconds at
+    ``now``. ``value``: that age in seconds."""
+    if oldest_since is None:
+        return None
     age_ms = max(0, now - oldest_since)
     if age_ms <= threshold_s * 1000:
         return None

@@ -193,24 +193,40 @@ def blocked_message_group_get(
     return page.groups[0] if page.groups else None
 
 
-def blocked_message_group_counts(*, now: int | None = None) -> dict[str, tuple[int, int | None]]:
-    """Per FIFO consumer group with any blocked message group at ``now`` (ms): how many, and
-    the oldest ``blocked_since`` (ms; None when no journal row says). For ``/metrics`` and the
-    ``fifo_blocked`` alert. One query over the FIFO groups' deliveries of message groups."""
+@dataclass(frozen=True)
+class FifoBlockedCount:
+    """A FIFO consumer group's blocked message groups in figures: how many (``blocked``), and
+    the oldest (``oldest_since``, ms, its head's first hand-out; None when the journal no
+    longer says for any) with its ``topic`` and ``message_group``."""
+
+    consumer_group: str
+    blocked: int
+    oldest_since: int | None
+    topic: str
+    message_group: str
+
+
+def blocked_message_group_counts(*, now: int | None = None) -> dict[str, FifoBlockedCount]:
+    """Per FIFO consumer group with any blocked message group at ``now`` (ms; default the
+    clock), by name: ``FifoBlockedCount``. For ``/metrics`` and the ``fifo_blocked`` alert.
+    One query over the FIFO groups' deliveries of message groups."""
     now = now_ms() if now is None else now
     deliveries, messages = Delivery._meta.db_table, Message._meta.db_table
     groups = ConsumerGroup._meta.db_table
     sql = (
         f"WITH heads AS (SELECT DISTINCT ON (d.consumer_group, d.topic, m.message_group) "
-        "d.consumer_group, m.commit_log_offset, d.delivery_attempt, "
+        "d.consumer_group, d.topic, m.message_group, m.commit_log_offset, d.delivery_attempt, "
         f"d.invisible_until_timestamp FROM {deliveries} d "
         f"JOIN {groups} g ON g.name = d.consumer_group AND g.fifo "
         f"JOIN {messages} m ON m.commit_log_offset = d.message_id "
         "WHERE m.message_group <> '' "
-        "ORDER BY d.consumer_group, d.topic, m.message_group, m.queue_id, m.queue_offset) "
-        f"SELECT h.consumer_group, count(*), min({_blocked_since('h', 'h.consumer_group')}) "
-        f"FROM heads h WHERE {_blocked('h')} GROUP BY h.consumer_group ORDER BY h.consumer_group"
+        "ORDER BY d.consumer_group, d.topic, m.message_group, m.queue_id, m.queue_offset), "
+        f"blocked AS (SELECT h.*, {_blocked_since('h', 'h.consumer_group')} AS since "
+        f"FROM heads h WHERE {_blocked('h')}) "
+        "SELECT DISTINCT ON (consumer_group) consumer_group, "
+        "count(*) OVER (PARTITION BY consumer_group), since, topic, message_group "
+        "FROM blocked ORDER BY consumer_group, since ASC NULLS LAST, topic, message_group"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, {"now": now})
-        return {group: (n, oldest) for group, n, oldest in cursor.fetchall()}
+        return {row[0]: FifoBlockedCount(*row) for row in cursor.fetchall()}

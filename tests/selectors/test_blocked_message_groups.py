@@ -114,7 +114,9 @@ def test_the_groups_come_oldest_blocked_first_bounded_by_the_page(fifo):
     assert [b.waiting for b in page.groups] == [0, 0, 1]
     short = _page(limit=2)
     assert (short.total, [b.message_group for b in short.groups]) == (3, ["b", "c"])
-    assert blocked_message_group_counts() == {"F": (3, 1_000)}
+    [count] = blocked_message_group_counts().values()
+    assert (count.consumer_group, count.blocked, count.oldest_since) == ("F", 3, 1_000)
+    assert (count.topic, count.message_group) == ("Orders", "b")
 
 
 def test_the_waiting_count_is_capped(fifo, monkeypatch):
@@ -144,7 +146,7 @@ def test_one_message_group_is_read_by_its_topic_and_name(fifo):
 def test_the_counts_name_only_fifo_groups(fifo):
     send_group("order-1", 1)
     block_heads("F")
-    assert blocked_message_group_counts()["F"][0] == 1
+    assert blocked_message_group_counts()["F"].blocked == 1
     group = ConsumerGroup.objects.get(name="F")
     group.fifo = False
     group.save()
