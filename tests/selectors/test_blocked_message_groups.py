@@ -5,6 +5,7 @@ and the per-group counts behind /metrics and the fifo_blocked alert."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 import broker.selectors.blocked_message_groups as selector
 from broker.models import ConsumerGroup, Delivery, DeliveryEvent
@@ -151,3 +152,16 @@ def test_the_counts_name_only_fifo_groups(fifo):
     group.fifo = False
     group.save()
     assert blocked_message_group_counts(now=now_ms()) == {}
+
+
+def test_the_list_reads_the_waiting_and_the_first_hand_out_through_their_indexes(fifo):
+    send_group("order-1", 2)
+    block_heads("F")
+    params = {"group": "F", "now": now_ms(), "cap": 1001, "limit": 100}
+    params |= {"topic": None, "message_group": None}
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {selector._heads_sql(one=False)}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "message_group_order" in plan, plan  # the waiting count: an index range
+    assert "delivery_event_message" in plan, plan  # the first hand-out: by commit log offset
