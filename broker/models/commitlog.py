@@ -133,6 +133,14 @@ class Message(models.Model):
             ),
             # The message search by topic and time (broker.selectors.message_search).
             models.Index(fields=["topic", "store_timestamp"], name="message_topic_store_time"),
+            # A FIFO message group's messages in queue order (the messages waiting behind a
+            # blocked head, broker.selectors.blocked_message_groups); normal messages are not
+            # in it, so it costs their sends nothing.
+            models.Index(
+                fields=["topic", "queue_id", "message_group", "queue_offset"],
+                name="message_group_order",
+                condition=~Q(message_group=""),
+            ),
         ]
 
     def __str__(self) -> str:
