@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("broker", "0018_message_groups"),
+        ("broker", "0019_topic_message_types"),
     ]
 
     operations = [
