@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rest_framework import serializers
 
-from broker.api.serializers.fields import NameField, StrictIntegerField, StrictURLField
+from broker.api.serializers.fields import (
+    NameField,
+    StrictBooleanField,
+    StrictIntegerField,
+    StrictURLField,
+)
 from broker.models import (
     ConsumerGroup,
     ProducerGroup,
@@ -54,12 +59,29 @@ class TopicPatchSerializer(WholeBodyPatchSerializer):
 
 
 class ConsumerGroupPatchSerializer(WholeBodyPatchSerializer):
-    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000)
+    """At least one of ``max_delivery_attempts`` and ``fifo``."""
+
+    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    fifo = StrictBooleanField(
+        required=False, help_text="Consume each message group in send order (FIFO)"
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError(
+                {"max_delivery_attempts": "Give max_delivery_attempts, fifo or both."}
+            )
+        return attrs
 
 
 class ConsumerGroupInSerializer(NewNameInSerializer):
     reserved_name_pattern = RESERVED_GROUP_PATTERN
     max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    fifo = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Consume each message group in send order (FIFO); default false",
+    )
 
 
 class TopicOutSerializer(serializers.ModelSerializer):
@@ -105,4 +127,4 @@ class ProducerGroupCreatedSerializer(serializers.ModelSerializer):
 class ConsumerGroupOutSerializer(serializers.ModelSerializer):
     class Meta:
         model = ConsumerGroup
-        fields = ["name", "max_delivery_attempts", "created_timestamp"]
+        fields = ["name", "max_delivery_attempts", "fifo", "created_timestamp"]

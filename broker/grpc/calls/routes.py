@@ -17,9 +17,14 @@ from broker.models import Topic
 from broker.services.access.callers import Caller
 from broker.services.topology import clients
 
-ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
-"""The message types every topic accepts (the clients check them before sending; FIFO, PRIORITY
-and LITE messages are not served, so a client refuses them itself)."""
+ACCEPTED_TYPES = (
+    pb.MessageType.NORMAL,
+    pb.MessageType.FIFO,
+    pb.MessageType.DELAY,
+    pb.MessageType.TRANSACTION,
+)
+"""The message types every topic accepts (the clients check them before sending; PRIORITY and
+LITE messages are not served, so a client refuses them itself)."""
 
 
 class RouteCalls(CallsBase):

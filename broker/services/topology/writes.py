@@ -237,9 +237,12 @@ def producer_group_update(*, name: str, check_url: str | None) -> ProducerGroup:
     return ProducerGroup.objects.get(name=name)
 
 
-def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None) -> ConsumerGroup:
+def consumer_group_create(
+    *, name: str, max_delivery_attempts: int | None = None, fifo: bool = False
+) -> ConsumerGroup:
     """Create a consumer group; ``max_delivery_attempts`` defaults to
-    ``HALFMOON_MAX_DELIVERY_ATTEMPTS`` (16, RocketMQ maxReconsumeTimes).
+    ``HALFMOON_MAX_DELIVERY_ATTEMPTS`` (16, RocketMQ maxReconsumeTimes); ``fifo``: consume
+    each message group in send order (RocketMQ's ``consumeMessageOrderly``).
 
     Raises:
         InvalidInput: bad name or attempts below 1. Conflict: ``consumer_group_exists``.
@@ -248,20 +251,28 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     attempts = max_delivery_attempts or conf.max_delivery_attempts
     max_delivery_attempts_validate(attempts)
     with created_once("consumer_group", name):
-        return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
+        return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts, fifo=fifo)
 
 
-def consumer_group_update(*, name: str, max_delivery_attempts: int) -> ConsumerGroup:
-    """Change a consumer group's ``max_delivery_attempts``; deliveries already counted keep
-    their count, and the next failed one is compared with the new number.
+def consumer_group_update(
+    *, name: str, max_delivery_attempts: int | None = None, fifo: bool | None = None
+) -> ConsumerGroup:
+    """Change a consumer group's ``max_delivery_attempts`` and/or ``fifo`` (None: unchanged);
+    deliveries already counted keep their count, and the next failed one is compared with the
+    new number. A group made FIFO takes each message group's head from its offsets on; the
+    messages already in flight stay so.
 
     Raises:
         InvalidInput: attempts below 1. NotFound: ``consumer_group_not_found``.
     """
-    max_delivery_attempts_validate(max_delivery_attempts)
-    if not ConsumerGroup.objects.filter(name=name).update(
-        max_delivery_attempts=max_delivery_attempts
-    ):
+    changes: dict[str, object] = {}
+    if max_delivery_attempts is not None:
+        max_delivery_attempts_validate(max_delivery_attempts)
+        changes["max_delivery_attempts"] = max_delivery_attempts
+    if fifo is not None:
+        changes["fifo"] = fifo
+    rows = ConsumerGroup.objects.filter(name=name)
+    if not (rows.update(**changes) if changes else rows.exists()):
         raise not_found("consumer_group", name)
     transaction.on_commit(lambda: consumer_group_forget(name))
     consumer_group_forget(name)
