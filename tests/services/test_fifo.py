@@ -12,8 +12,8 @@ from django.db import connection
 
 from broker.errors import InvalidInput
 from broker.models import ConsumerOffset, Delivery, FifoTaken, Message
-from broker.rules.filters import FilterExpression, FilterType
 from broker.rules.fifo import message_group_queue
+from broker.rules.filters import FilterExpression, FilterType
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
 from broker.services.consumption.receive import messages_ack, messages_receive

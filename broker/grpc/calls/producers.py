@@ -64,12 +64,17 @@ class ProducerCalls(CallsBase):
         MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (the proxy's check), and so is a message group on a
         type other than FIFO; a FIFO one without a valid group ILLEGAL_MESSAGE_GROUP; one due beyond
         ``HALFMOON_TIMER_MAX_DELAY_SEC`` ILLEGAL_DELIVERY_TIME. One entry per message; the
-        top-level status is the first failed entry's, else OK."""
+        top-level status is the first failed entry's, else OK. A request holding FIFO messages
+        is stored in its order (one message after the other), the others concurrently."""
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "No message to send."))
         metadata = call_metadata(context)
         namespace_check(metadata.namespace, *(m.topic.resource_namespace for m in request.messages))
-        entries = await asyncio.gather(*(self._send(m, metadata) for m in request.messages))
+        if any(m.system_properties.message_type == pb.MessageType.FIFO for m in request.messages):
+            # A batch of FIFO messages is stored in its order, one after the other.
+            entries = [await self._send(m, metadata) for m in request.messages]
+        else:
+            entries = await asyncio.gather(*(self._send(m, metadata) for m in request.messages))
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or OK, entries=entries)
 
