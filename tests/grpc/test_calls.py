@@ -115,6 +115,7 @@ def test_route_names_every_queue_of_the_topic_on_the_servers_endpoint(stub, topi
     assert queue.permission == pb.Permission.READ_WRITE
     assert list(queue.accept_message_types) == [
         pb.MessageType.NORMAL,
+        pb.MessageType.FIFO,
         pb.MessageType.DELAY,
         pb.MessageType.TRANSACTION,
     ]
