@@ -61,6 +61,7 @@ class TopicPatchSerializer(WholeBodyPatchSerializer):
 class ConsumerGroupPatchSerializer(WholeBodyPatchSerializer):
     """At least one of ``max_delivery_attempts`` and ``fifo``."""
 
+    any_of_required: ClassVar[tuple[str, ...]] = ("max_delivery_attempts", "fifo")
     max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
     fifo = StrictBooleanField(
         required=False, help_text="Consume each message group in send order (FIFO)"
