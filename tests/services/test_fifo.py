@@ -16,6 +16,7 @@ from broker.rules.fifo import message_group_queue
 from broker.rules.filters import FilterExpression, FilterType
 from broker.services.commitlog.messages import message_send
 from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
+from broker.services.consumption.offset_resets import backlog_skip_preview, offset_reset_apply
 from broker.services.consumption.receive import messages_ack, messages_receive
 from broker.services.timers.schedule import message_send_timed
 from broker.services.topology.writes import (
@@ -212,6 +213,28 @@ def test_want_bounds_the_take_and_the_offset_stops_at_the_first_left(orders):
     rest = _receive()
     assert len(rest) == 4
     assert {r.message.pk for r in got + rest} == {m.pk for m in plain}
+
+
+def test_a_backlog_skip_forgets_what_was_taken_below_the_new_offsets(orders):
+    groups = [g for g in (f"k{i}" for i in range(40)) if message_group_queue(g, 2) == 0][:2]
+    a, b = groups
+    for group in (a, b, b):
+        message_send(topic="Orders", body=group.encode(), message_group=group)
+    _receive()  # a at 0 and b at 1 in flight, b at 2 waits: offset 2, nothing past it taken
+    held = Delivery.objects.get(consumer_group="F", message__message_group=b)
+    messages_ack(consumer_group="F", receipt_handles=[held.receipt_handle])
+    _receive()  # b at 2 taken
+    assert list(FifoTaken.objects.values_list("queue_offset", flat=True)) == []
+    message_send(topic="Orders", body=b"a1", message_group=a)  # at 3, behind a's head
+    message_send(topic="Orders", body=b"b3", message_group=b)  # at 4, taken past a1
+    held = Delivery.objects.get(consumer_group="F", message__message_group=b)
+    messages_ack(consumer_group="F", receipt_handles=[held.receipt_handle])
+    assert _bodies(_receive()) == ["b3"]
+    assert list(FifoTaken.objects.values_list("queue_offset", flat=True)) == [4]
+    entry = backlog_skip_preview(consumer_group="F", actor="console:olga", via="console")
+    offset_reset_apply(reset_id=entry.pk, reason="skip the backlog", actor="console:olga")
+    assert ConsumerOffset.objects.get(consumer_group="F", queue_id=0).offset == 5
+    assert not FifoTaken.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -14,7 +14,7 @@ from broker.rules.fifo import Slot, fifo_pick
 from broker.services.consumption.handouts import Received, journal_entry, receipt_handle_new
 from broker.services.consumption.take import consumer_offsets_create
 
-FIFO_WINDOW = 2_000  # messages read per queue and receive past the offset (~2 ms each queue)
+FIFO_WINDOW = 2_000  # messages read per queue and receive past the offset (4 small columns)
 """How far past a queue's offset a FIFO receive looks for heads: a message group whose head is
 more than this many messages behind a blocked one waits until the offset moves."""
 
