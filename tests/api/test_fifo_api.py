@@ -80,3 +80,20 @@ def test_a_fifo_consumer_group_receives_each_groups_head_until_its_ack(
     assert receive(consumer).json()["messages"] == []
     ack(consumer, [m["receipt_handle"] for m in first if m["body"] == "a0"])
     assert [m["body"] for m in receive(consumer).json()["messages"]] == ["a1"]
+
+
+def test_a_batch_keeps_a_groups_order_and_refuses_a_delayed_fifo_item(owner, topic):
+    items = [
+        {"topic": "TranTest", "body": f"s{i}", "message_group": "order-7"} for i in range(3)
+    ] + [{"topic": "TranTest", "body": "late", "message_group": "order-7", "delay_level": 2}]
+    response = post(owner, "/api/v1/messages/batch", {"messages": items})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [201, 201, 201, 400]
+    assert results[3]["error"]["code"] == "message_type_conflict"
+    queue = message_group_queue("order-7", topic.queue_nums)
+    assert [(r["body"]["queue_id"], r["body"]["queue_offset"]) for r in results[:3]] == [
+        (queue, 0),
+        (queue, 1),
+        (queue, 2),
+    ]
