@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -15,6 +16,7 @@ from broker.models import ConsumerOffset, Delivery, FifoTaken, Message
 from broker.rules.fifo import message_group_queue
 from broker.rules.filters import FilterExpression, FilterType
 from broker.services.commitlog.messages import message_send
+from broker.services.commitlog.storage import message_new, messages_store
 from broker.services.consumption.deliveries import delivery_dead_letter, delivery_invisible_change
 from broker.services.consumption.offset_resets import backlog_skip_preview, offset_reset_apply
 from broker.services.consumption.receive import messages_ack, messages_receive
@@ -235,6 +237,35 @@ def test_a_backlog_skip_forgets_what_was_taken_below_the_new_offsets(orders):
     offset_reset_apply(reset_id=entry.pk, reason="skip the backlog", actor="console:olga")
     assert ConsumerOffset.objects.get(consumer_group="F", queue_id=0).offset == 5
     assert not FifoTaken.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_held_by_another_receiver_is_passed_over_in_every_queue():
+    # g's messages lie in both queues (a producer that chose queues itself): a receiver
+    # holding g (its advisory lock) keeps this one off g in either queue, not off the others.
+    topic_create(name="Orders", queue_nums=2)
+    consumer_group_create(name="F", fifo=True)
+    for queue in (0, 1):
+        messages_store(
+            [
+                message_new(topic="Orders", queue_id=queue, msg_id=f"G{queue}", body=b"g",
+                            message_group="g"),
+                message_new(topic="Orders", queue_id=queue, msg_id=f"P{queue}", body=b"p"),
+            ]
+        )  # fmt: skip
+    params = connection.settings_dict
+    with psycopg.connect(
+        host=params["HOST"], port=params["PORT"], user=params["USER"], dbname=params["NAME"],
+        autocommit=True,
+    ) as other:  # fmt: skip
+        other.execute("SELECT pg_advisory_lock(hashtextextended(%s, 38))", ["F\x01Orders\x01g"])
+        got = _receive()
+        assert _bodies(got) == ["p", "p"]
+        # each queue's offset waits at g's message
+        assert sorted(ConsumerOffset.objects.values_list("offset", flat=True)) == [0, 0]
+        other.execute("SELECT pg_advisory_unlock_all()")
+    assert _bodies(_receive()) == ["g"]  # one of g's two, never both
+    assert _receive() == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -68,29 +68,60 @@ def _windows(
     return out
 
 
-def _busy_groups(consumer_group: str, topic: str, groups: set[str]) -> set[str]:
-    """Of ``groups``, those this receive may not take from now: held by a concurrent receive
-    (a transaction-level advisory lock per consumer group, topic and message group, tried
-    without waiting, so two receivers never take two messages of one group even when it spans
-    queues), or with a message in flight (a ``Delivery``), read after the locks are held."""
-    if not groups:
-        return set()
-    wanted = sorted(groups)
+def _in_flight_groups(consumer_group: str, topic: str) -> set[str]:
+    """The message groups of ``topic`` with a message in flight to ``consumer_group`` (a
+    ``Delivery``; the group's in-flight deliveries, a receive batch's worth per consumer)."""
     with statement_cursor() as cursor:
-        cursor.execute(
-            "SELECT g FROM unnest(%(groups)s::text[]) AS g WHERE NOT pg_try_advisory_xact_lock("
-            "hashtextextended(%(prefix)s || g, %(seed)s))",
-            {"groups": wanted, "prefix": f"{consumer_group}\x01{topic}\x01", "seed": _LOCK_SEED},
-        )
-        held = {g for (g,) in cursor.fetchall()}
         cursor.execute(
             f"SELECT DISTINCT m.message_group FROM {Delivery._meta.db_table} d "
             f"JOIN {Message._meta.db_table} m ON m.commit_log_offset = d.message_id "
             "WHERE d.consumer_group = %(group)s AND d.topic = %(topic)s "
-            "AND m.message_group = ANY(%(groups)s::text[])",
-            {"group": consumer_group, "topic": topic, "groups": wanted},
+            "AND m.message_group <> ''",
+            {"group": consumer_group, "topic": topic},
         )
-        return held | {g for (g,) in cursor.fetchall()}
+        return {g for (g,) in cursor.fetchall()}
+
+
+def _groups_locked(consumer_group: str, topic: str, groups: set[str]) -> set[str]:
+    """Of ``groups`` (at most a receive's ``want``), those this receive now holds: a
+    transaction-level advisory lock per consumer group, topic and message group, tried without
+    waiting, so two receivers never take two messages of one group, even of a group that
+    spans queues (each holds its own queues' offsets)."""
+    with statement_cursor() as cursor:
+        cursor.execute(
+            "SELECT g FROM unnest(%(groups)s::text[]) AS g WHERE pg_try_advisory_xact_lock("
+            "hashtextextended(%(prefix)s || g, %(seed)s))",
+            {
+                "groups": sorted(groups),
+                "prefix": f"{consumer_group}\x01{topic}\x01",
+                "seed": _LOCK_SEED,
+            },
+        )
+        return {g for (g,) in cursor.fetchall()}
+
+
+def _plan(
+    offsets: list[ConsumerOffset],
+    windows: dict[int, list[Slot]],
+    taken: dict[int, set[int]],
+    busy: set[str],
+    want: int,
+) -> tuple[list[tuple[int, Slot]], dict[int, int]]:
+    """``fifo_pick`` over the locked queues in their order: the (queue id, slot) pairs taken
+    and each queue's new offset."""
+    busy = set(busy)
+    picked: list[tuple[int, Slot]] = []
+    moves: dict[int, int] = {}
+    for offset in offsets:
+        slots, moves[offset.queue_id] = fifo_pick(
+            windows[offset.queue_id],
+            offset=offset.offset,
+            taken=taken[offset.queue_id],
+            busy=busy,
+            want=want - len(picked),
+        )
+        picked.extend((offset.queue_id, s) for s in slots)
+    return picked, moves
 
 
 def fifo_messages_take(
@@ -125,28 +156,20 @@ def fifo_messages_take(
         consumer_group=consumer_group, topic=topic, queue_id__in=list(taken)
     ).values_list("queue_id", "queue_offset"):
         taken[queue_id].add(queue_offset)
-    groups = {
-        s.message_group
-        for q, window in windows.items()
-        for s in window
-        if s.message_group and s.matches and s.queue_offset not in taken[q]
-    }
-    busy = _busy_groups(consumer_group, topic, groups)
     random.shuffle(offsets)
-    picked: list[tuple[int, Slot]] = []
-    moved: list[ConsumerOffset] = []
-    for offset in offsets:
-        slots, next_offset = fifo_pick(
-            windows[offset.queue_id],
-            offset=offset.offset,
-            taken=taken[offset.queue_id],
-            busy=busy,
-            want=want - len(picked),
-        )
-        picked.extend((offset.queue_id, s) for s in slots)
-        if next_offset != offset.offset:
-            offset.offset = next_offset
-            moved.append(offset)
+    busy = _in_flight_groups(consumer_group, topic)
+    picked, moves = _plan(offsets, windows, taken, busy, want)
+    groups = {s.message_group for _, s in picked if s.message_group}
+    if groups:
+        locked = _groups_locked(consumer_group, topic, groups)
+        busy = _in_flight_groups(consumer_group, topic)  # read again, the locks held
+        if locked != groups or busy & groups:
+            # Plan again with every group not held here busy: picks only from held groups.
+            seen = {s.message_group for w in windows.values() for s in w if s.message_group}
+            picked, moves = _plan(offsets, windows, taken, busy | (seen - locked), want)
+    moved = [o for o in offsets if moves[o.queue_id] != o.offset]
+    for offset in moved:
+        offset.offset = moves[offset.queue_id]
     out = _hand_out(consumer_group, topic, picked, until=until, now=now)
     FifoTaken.objects.bulk_create(
         [
