@@ -208,6 +208,20 @@ def test_a_group_made_fifo_orders_from_then_on(orders):
     assert _bodies(_receive("N")) == ["g1-0"]
 
 
+def test_a_group_made_not_fifo_forgets_what_it_took_past_its_offsets(orders):
+    _send("g1", 2)
+    queue = message_group_queue("g1", 2)
+    messages_store([message_new(topic="Orders", queue_id=queue, msg_id="P1", body=b"p")])
+    assert _bodies(_receive()) == ["g1-0", "p"]
+    assert list(FifoTaken.objects.values_list("queue_offset", flat=True)) == [2]
+    consumer_group_update(name="F", fifo=False)
+    assert not FifoTaken.objects.exists()
+    # p's delivery (past the offset) is gone; g1-0's (below it) stays in flight
+    assert _in_flight_heads() == {"g1": [0]}
+    # from the offset (g1-1) on, as a normal group: p comes again (at least once)
+    assert _bodies(_receive()) == ["g1-1", "p"]
+
+
 def test_want_bounds_the_take_and_the_offset_stops_at_the_first_left(orders):
     plain = [message_send(topic="Orders", body=f"p{i}".encode()) for i in range(6)]
     got = _receive(want=2)

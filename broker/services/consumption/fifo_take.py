@@ -253,3 +253,27 @@ def fifo_taken_forget(*, consumer_group: str, topic: str, queue_id: int, below: 
         consumer_group=consumer_group, topic=topic, queue_id=queue_id, queue_offset__lt=below
     ).delete()
     return deleted
+
+
+def fifo_progress_forget(consumer_group: str) -> int:
+    """Make ``consumer_group``'s offsets the whole truth again, as a group made not FIFO needs
+    (its receives then take everything from its offsets on): lock its offsets (waiting for the
+    receives that hold them), delete its deliveries of messages at or past its offset of their
+    queue and its ``FifoTaken`` rows. Those messages are handed out again (at least once);
+    the receipt handles of the deleted deliveries fail. Inside the caller's transaction.
+
+    Returns:
+        the deliveries deleted.
+    """
+    list(ConsumerOffset.objects.select_for_update().filter(consumer_group=consumer_group))
+    with statement_cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {Delivery._meta.db_table} d USING {Message._meta.db_table} m, "
+            f"{ConsumerOffset._meta.db_table} o WHERE d.consumer_group = %(group)s "
+            "AND m.commit_log_offset = d.message_id AND o.consumer_group = d.consumer_group "
+            "AND o.topic = m.topic AND o.queue_id = m.queue_id AND m.queue_offset >= o.offset",
+            {"group": consumer_group},
+        )
+        deleted = cursor.rowcount
+    FifoTaken.objects.filter(consumer_group=consumer_group).delete()
+    return deleted

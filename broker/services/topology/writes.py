@@ -23,6 +23,7 @@ from broker.lookups import consumer_group_forget
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 from broker.services.checks.targets import check_url_refusal
+from broker.services.consumption.fifo_take import fifo_progress_forget
 
 TOKEN_PREFIX = "hm_"
 
@@ -260,7 +261,9 @@ def consumer_group_update(
     """Change a consumer group's ``max_delivery_attempts`` and/or ``fifo`` (None: unchanged);
     deliveries already counted keep their count, and the next failed one is compared with the
     new number. A group made FIFO takes each message group's head from its offsets on; the
-    messages already in flight stay so.
+    messages already in flight stay so. A group made not FIFO forgets what its FIFO receives
+    took past its offsets (``fifo_progress_forget``): its next receives hand those out again
+    (at least once). Other processes see the change within ``HALFMOON_LOOKUP_CACHE_MS``.
 
     Raises:
         InvalidInput: attempts below 1. NotFound: ``consumer_group_not_found``.
@@ -271,9 +274,12 @@ def consumer_group_update(
         changes["max_delivery_attempts"] = max_delivery_attempts
     if fifo is not None:
         changes["fifo"] = fifo
-    rows = ConsumerGroup.objects.filter(name=name)
-    if not (rows.update(**changes) if changes else rows.exists()):
-        raise not_found("consumer_group", name)
+    with transaction.atomic():
+        rows = ConsumerGroup.objects.filter(name=name)
+        if not (rows.update(**changes) if changes else rows.exists()):
+            raise not_found("consumer_group", name)
+        if fifo is False:
+            fifo_progress_forget(name)
     transaction.on_commit(lambda: consumer_group_forget(name))
     consumer_group_forget(name)
     return ConsumerGroup.objects.get(name=name)
