@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('broker', '0018_message_groups'),
+        ('broker', '0019_topic_message_types'),
     ]
 
     operations = [

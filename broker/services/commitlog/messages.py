@@ -14,7 +14,7 @@ from broker.models import Message, Topic
 from broker.rules.fifo import message_group_problem, message_group_queue
 from broker.rules.topics import is_system_topic
 from broker.services.commitlog.storage import message_new, messages_store, new_msg_id
-from broker.services.commitlog.validation import message_validate
+from broker.services.commitlog.validation import message_type_check, message_validate
 
 
 def producer_topic_get(name: str) -> Topic:
@@ -76,18 +76,24 @@ def message_plan(
     properties: dict[str, Any] | None = None,
     producer_group: str = "",
     msg_id: str | None = None,
+    delivery_timestamp: int | None = None,
     message_group: str = "",
 ) -> Message:
     """Check a normal message and build it, unsaved, with its msg_id (UNIQ_KEY: ``msg_id``,
     else a new one) and its queue (``queue_select``; a FIFO message's, with ``message_group``,
     ``message_group_queue``): every rule of a send that needs no write (``message_send``'s
-    arguments and errors; ``illegal_message_group``, ``message_group_check``)."""
+    arguments and errors; ``illegal_message_group``, ``message_group_check``).
+    ``delivery_timestamp`` (ms) marks a DELAY message: only its type is read here
+    (``message_type_check``), its time is ``message_send_at``'s."""
     props = message_validate(body=body, properties=properties)
     if message_group:
         message_group_check(message_group)
     if msg_id is not None:
         msg_id_validate(msg_id)
     topic_obj = producer_topic_get(topic)
+    message_type_check(
+        topic_obj, delivery_timestamp=delivery_timestamp, message_group=message_group
+    )
     msg_id = msg_id or new_msg_id()
     props[PROPERTY_UNIQ_KEY] = msg_id
     if producer_group:
@@ -116,7 +122,8 @@ def message_send(**send: Any) -> Message:
     Args:
         send: ``message_plan``'s keyword arguments (``topic``, ``body``, ``body_is_text``,
             ``tags``, ``keys``, ``properties``, ``producer_group``, ``msg_id``,
-            ``message_group``: a FIFO message's group, stored in its group's queue).
+            ``delivery_timestamp`` for a DELAY message due now, ``message_group``: a FIFO
+            message's group, stored in its group's queue).
 
     With ``msg_id`` (a RocketMQ 5 client makes its message ids and resends a failed send with
     the same one), the send is idempotent: a message with that msg_id already stored on the
@@ -127,7 +134,8 @@ def message_send(**send: Any) -> Message:
 
     Raises:
         Forbidden, NotFound: see ``producer_topic_get``. TooLarge, InvalidInput: see
-        ``message_validate``; ``invalid_msg_id`` (``msg_id_validate``).
+        ``message_validate``; ``invalid_msg_id`` (``msg_id_validate``);
+        ``message_type_mismatch`` (``message_type_check``: the topic does not accept it).
     """
     message = message_plan(**send)
     if send.get("msg_id") is None:
