@@ -116,11 +116,17 @@ class WholeBodyPatchSchema(OpenApiSerializerExtension):
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
-        """The serializer's schema as if it were not partial: its required fields stay."""
+        """The serializer's schema as if it were not partial: its required fields stay; one
+        naming ``any_of_required`` (fields of which the body holds at least one) states it
+        as an ``anyOf`` of those fields each required."""
         target = self.target
         target = copy.copy(target) if isinstance(target, serializers.BaseSerializer) else target()
         target.partial = False
-        return auto_schema._map_serializer(target, direction, bypass_extensions=True)
+        schema = auto_schema._map_serializer(target, direction, bypass_extensions=True)
+        any_of = getattr(target, "any_of_required", ())
+        if direction == "request" and any_of:
+            schema["anyOf"] = [{"required": [name]} for name in any_of]
+        return schema
 
 
 class TopicPatchSchema(OpenApiSerializerExtension):

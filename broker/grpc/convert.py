@@ -63,6 +63,7 @@ _CODES: dict[str, int] = {
     "illegal_filter_expression": Code.ILLEGAL_FILTER_EXPRESSION,
     "illegal_delivery_time": Code.ILLEGAL_DELIVERY_TIME,
     "message_type_conflict": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    "illegal_message_group": Code.ILLEGAL_MESSAGE_GROUP,
     "message_type_mismatch": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,  # the proxy's validator
     "invalid_recall_handle": Code.BAD_REQUEST,
     "scheduled_message_not_found": Code.NOT_FOUND,  # not MESSAGE_NOT_FOUND: the clients take it as OK
@@ -190,7 +191,8 @@ def message_proto(
     message id (its msg_id), tag, keys, MD5 body digest, encoding IDENTITY, message type
     (TRANSACTION for a half message or one delivered by a commit; DELAY, with its
     ``delivery_timestamp``, for a delay message the timer delivered, which carries
-    ``TIMER_DELIVER_MS``, as RocketMQ's proxy answers; else NORMAL), born and store
+    ``TIMER_DELIVER_MS``, as RocketMQ's proxy answers; FIFO with its ``message_group`` for a
+    message of a group; else NORMAL), born and store
     timestamps, queue id and offset, and when delivered the receipt handle and delivery attempt.
     """
     body = bytes(message.body)
@@ -208,6 +210,8 @@ def message_proto(
     )
     if system.message_type == pb.MessageType.DELAY and due is not None:
         system.delivery_timestamp.CopyFrom(timestamp_ms(due))
+    if message.message_group:
+        system.message_group = message.message_group
     if message.tags:
         system.tag = message.tags
     if message.keys:
@@ -229,13 +233,15 @@ def message_proto(
 
 def _message_type(message: Message, due: int | None) -> int:
     """TRANSACTION for a half message or one a commit delivered, DELAY for a delay message the
-    timer delivered (``due`` its time), else NORMAL."""
+    timer delivered (``due`` its time), FIFO for one of a message group, else NORMAL."""
     if (
         message.sys_flag == SYS_FLAG_TRANSACTION_PREPARED_TYPE
         or message.prepared_transaction_offset is not None
     ):
         return pb.MessageType.TRANSACTION
-    return pb.MessageType.DELAY if due is not None else pb.MessageType.NORMAL
+    if due is not None:
+        return pb.MessageType.DELAY
+    return pb.MessageType.FIFO if message.message_group else pb.MessageType.NORMAL
 
 
 def _delivered_at(message: Message) -> int | None:
@@ -262,6 +268,8 @@ class Outgoing:
     check_immunity_seconds: int | None
     delivery_timestamp: int | None = None
     """When a DELAY message is due (ms since the epoch), from ``delivery_timestamp``."""
+    message_group: str = ""
+    """A FIFO message's group (``system_properties.message_group``), "" when unset."""
 
     def send_arguments(self) -> dict[str, Any]:
         """The keyword arguments ``message_send`` and ``transaction_prepare`` share; the body
@@ -317,4 +325,5 @@ def outgoing_of(message: pb.Message) -> Outgoing:
         properties=dict(message.user_properties),
         check_immunity_seconds=immunity,
         delivery_timestamp=due,
+        message_group=system.message_group if system.HasField("message_group") else "",
     )

@@ -180,7 +180,7 @@ def _backoff(settings: pb.Settings, *, max_attempts: int, consumer: bool) -> pb.
 
 
 def settings_answer(
-    settings: pb.Settings, *, max_delivery_attempts: int | None = None
+    settings: pb.Settings, *, max_delivery_attempts: int | None = None, fifo: bool = False
 ) -> spb.TelemetryCommand:
     """The answer to a client's ``settings``: status OK and its settings completed by the
     broker's (RocketMQ proxy ``ClientActivity.processAndWriteClientSettings``).
@@ -188,7 +188,8 @@ def settings_answer(
     A producer gets ``publishing`` (its topics, ``max_body_size`` =
     ``HALFMOON_MAX_MESSAGE_SIZE`` bytes, ``validate_message_type``) and a retry policy of
     ``PRODUCER_SEND_ATTEMPTS``; a consumer ``subscription`` (its group and subscriptions,
-    ``fifo`` false, ``receive_batch_size``, ``long_polling_timeout``) and a retry policy of
+    ``fifo``: its consumer group's, so a PushConsumer consumes each message group in order,
+    ``receive_batch_size``, ``long_polling_timeout``) and a retry policy of
     ``max_delivery_attempts`` (its consumer group's) attempts (``_backoff``).
     """
     answer = pb.Settings()
@@ -201,7 +202,7 @@ def settings_answer(
             _backoff(settings, max_attempts=PRODUCER_SEND_ATTEMPTS, consumer=False)
         )
     else:
-        answer.subscription.fifo = False
+        answer.subscription.fifo = fifo
         answer.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
         answer.subscription.long_polling_timeout.FromSeconds(LONG_POLLING_TIMEOUT_S)
         attempts = max_delivery_attempts or conf.max_delivery_attempts

@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("broker", "0019_topic_message_types"),
+        ("broker", "0020_fifo_taken"),
     ]
 
     operations = [

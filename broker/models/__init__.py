@@ -22,7 +22,13 @@ from broker.models.archive import ARCHIVE_WATERMARK, ArchiveSegment, ArchiveWate
 from broker.models.audit import AuditEntry, AuditTarget  # noqa: F401
 from broker.models.base import model_from_row, model_new  # noqa: F401
 from broker.models.commitlog import MULTI_KEYS, ConsumeQueue, Message, Topic, keys_array  # noqa: F401
-from broker.models.consumption import ClientConnection, ConsumerOffset, Delivery, DeliveryEvent  # noqa: F401
+from broker.models.consumption import (  # noqa: F401
+    ClientConnection,
+    ConsumerOffset,
+    Delivery,
+    DeliveryEvent,
+    FifoTaken,
+)
 from broker.models.groups import ConsumerGroup, ProducerGroup, Subscription  # noqa: F401
 from broker.models.metrics import MetricRollup, MetricWatermark, ScanLease  # noqa: F401
 from broker.models.reconciliation import (  # noqa: F401

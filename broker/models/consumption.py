@@ -147,3 +147,26 @@ class DeliveryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer_group} {self.kind} {self.msg_id}"
+
+
+class FifoTaken(models.Model):
+    """A message a FIFO consumer group took at or past its offset of the message's queue (in
+    flight, acked or dead-lettered): the offset cannot pass a blocked message group's head, so
+    what was taken beyond it is remembered here until the offset passes it
+    (``broker.services.consumption.fifo_take``; docs/design.md, "FIFO message groups")."""
+
+    consumer_group = models.CharField(max_length=127)
+    topic = models.CharField(max_length=127)
+    queue_id = models.PositiveIntegerField()
+    queue_offset = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["consumer_group", "topic", "queue_id", "queue_offset"],
+                name="one_fifo_taken_per_offset",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.consumer_group} {self.topic}#{self.queue_id}@{self.queue_offset}"

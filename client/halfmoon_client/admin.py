@@ -63,12 +63,15 @@ class HalfmoonAdmin(ClientBase):
         return self._api.request("GET", f"/api/v1/producer-groups/{_seg(name)}")[1]
 
     def create_consumer_group(
-        self, name: str, max_delivery_attempts: int | None = None
+        self, name: str, max_delivery_attempts: int | None = None, fifo: bool = False
     ) -> dict[str, Any]:
-        """``POST /api/v1/consumer-groups``: ``{"name", "max_delivery_attempts", ...}``."""
+        """``POST /api/v1/consumer-groups``: ``{"name", "max_delivery_attempts", "fifo",
+        ...}``; ``fifo``: each message group's messages in send order."""
         body: dict[str, Any] = {"name": name}
         if max_delivery_attempts is not None:
             body["max_delivery_attempts"] = max_delivery_attempts
+        if fifo:
+            body["fifo"] = True
         return self._api.request("POST", "/api/v1/consumer-groups", json_body=body)[1]
 
     def get_transaction(self, transaction_id: str) -> dict[str, Any]:

@@ -35,6 +35,9 @@ class Message:
             same producer group stores nothing new (idempotent). None: the broker makes one.
         check_immunity_seconds: delay of the first back-check (RocketMQ
             CHECK_IMMUNITY_TIME_IN_SECONDS); at most 3600.
+        message_group: a FIFO message's group (RocketMQ 5 ``messageGroup``; 1-64 characters):
+            a group's messages share one queue and reach a FIFO consumer group in send order.
+            Sent by ``send`` (not with a delivery time, not in a transaction).
 
     After ``send_message_in_transaction`` succeeds, ``transaction_id`` holds the transaction
     id, as RocketMQ's ``msg.setTransactionId`` does before ``executeLocalTransaction``.
@@ -48,6 +51,7 @@ class Message:
     msg_id: str | None = None
     check_immunity_seconds: int | None = None
     transaction_id: str | None = None
+    message_group: str = ""
 
     @property
     def keys_str(self) -> str:
@@ -87,7 +91,7 @@ class MessageView:
     and ``store_timestamp`` come with received messages; ``transaction_id``,
     ``producer_group``, ``check_times`` (counting this check, 1 on the first),
     ``commit_log_offset`` and ``half_queue_offset`` with back-checks. Timestamps are ms since
-    the Unix epoch.
+    the Unix epoch. ``message_group`` is a FIFO message's group ("" for none).
     """
 
     msg_id: str
@@ -107,6 +111,7 @@ class MessageView:
     check_times: int | None = None
     commit_log_offset: int | None = None
     half_queue_offset: int | None = None
+    message_group: str = ""
 
     @property
     def text(self) -> str:
@@ -143,6 +148,7 @@ class MessageView:
             check_times=data.get("check_times"),
             commit_log_offset=data.get("commit_log_offset"),
             half_queue_offset=data.get("half_queue_offset"),
+            message_group=str(data.get("message_group") or ""),
         )
 
 

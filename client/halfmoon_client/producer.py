@@ -298,21 +298,32 @@ class TransactionProducer(LingerSending, ClientBase):
         return self._api.request("GET", f"/api/v1/transactions/{_seg(transaction_id)}")[1]
 
     def send(
-        self, msg: Message, *, deliver_at: int | None = None, delay_level: int | None = None
+        self,
+        msg: Message,
+        *,
+        deliver_at: int | None = None,
+        delay_level: int | None = None,
+        message_group: str | None = None,
     ) -> SendResult:
         """Send a normal message (RocketMQ ``send``): visible to consumers at once, or, with
         ``deliver_at`` (ms since the epoch) or ``delay_level`` (RocketMQ's 1..18: 1s 5s 10s
         30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h), a delay message, stored now and
         delivered at that time; its result carries the ``recall_handle`` ``recall`` takes. A
         time now or past is an ordinary send. With ``msg.msg_id``, sending the same id again
-        stores nothing new.
+        stores nothing new. ``message_group`` (or ``msg.message_group``) makes it a FIFO
+        message: stored in its group's queue, consumed by a FIFO consumer group in send order.
 
         Raises:
             HalfmoonError: e.g. 404 ``topic_not_found``, 413 too large; 400
                 ``illegal_delivery_time`` (more than the broker's maximum delay ahead, 3 days by
-                default), ``illegal_delay_level``, ``delivery_time_conflict`` (both given).
+                default), ``illegal_delay_level``, ``delivery_time_conflict`` (both given),
+                ``message_type_conflict`` (a message group and a delivery time),
+                ``illegal_message_group`` or ``invalid_input`` (a blank message group, one
+                over 64 characters or with a control character).
         """
         body = normal_body(self.producer_group, msg)
+        if message_group is not None:
+            body["message_group"] = message_group
         if deliver_at is not None:
             body["deliver_at"] = deliver_at
         if delay_level is not None:

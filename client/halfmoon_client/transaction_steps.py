@@ -31,6 +31,8 @@ def normal_body(producer_group: str, msg: Message) -> dict[str, Any]:
     body: dict[str, Any] = {"producer_group": producer_group, **msg.to_json()}
     if msg.msg_id is not None:
         body["msg_id"] = msg.msg_id
+    if msg.message_group:
+        body["message_group"] = msg.message_group
     return body
 
 

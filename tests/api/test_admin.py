@@ -288,6 +288,7 @@ def test_the_owner_lists_consumer_groups(owner, consumer_group):
         {
             "name": "C",
             "max_delivery_attempts": 3,
+            "fifo": False,
             "created_timestamp": consumer_group.created_timestamp,
         }
     ]

@@ -14,6 +14,7 @@ from tests.api_helpers import ack, assert_error, end, post, receive, send_half, 
 RECEIVED_FIELDS = {
     "msg_id",
     "topic",
+    "message_group",
     "queue_id",
     "queue_offset",
     "tags",

@@ -435,6 +435,22 @@ def test_normal_send_is_visible_at_once(broker, consumer):
     assert (got.msg_id, got.text, got.queue_offset) == (sent.msg_id, "plain", sent.queue_offset)
 
 
+def test_a_fifo_message_carries_its_group_there_and_back(broker, consumer):
+    with make_producer(broker, RecordingListener()) as producer:
+        first = producer.send(Message("TranTest", "step 0", message_group="order-7"))
+        second = producer.send(Message("TranTest", "step 1"), message_group="order-7")
+        with pytest.raises(HalfmoonError) as mixed:
+            producer.send(Message("TranTest", "x", message_group="g"), delay_level=1)
+        assert mixed.value.code == "message_type_conflict"
+    assert first.queue_id == second.queue_id
+    assert second.queue_offset == first.queue_offset + 1
+    got = consumer.receive(wait_ms=2_000)
+    assert [(m.text, m.message_group) for m in got] == [
+        ("step 0", "order-7"),
+        ("step 1", "order-7"),
+    ]
+
+
 def test_a_delay_message_waits_for_its_time_and_a_recall_takes_it_back(broker, consumer):
     due = now_ms() + 3_600_000
     with make_producer(broker, RecordingListener()) as producer:

@@ -4,9 +4,11 @@ end-to-end tests run as subprocesses of their own, so that each can be killed or
     python -m tests.e2e.rocketmq_app producer --topic T [--send N] [--end commit|rollback|none]
         [--check commit|rollback|unknown|hang|by-value] [--normal] [--wait-go] [--stay]
         [--tags A,B,C] [--properties JSON-LIST] [--delay-ms N [--recall | --recall-late]]
+        [--message-groups G1,G2]
     python -m tests.e2e.rocketmq_app simple --group G --topic T --count N [--timeout-s S]
         [--tag-filter EXPR | --sql-filter EXPR] [--idle-s S]
     python -m tests.e2e.rocketmq_app push --group G --topic T --result success|failure
+        [--fail-body BODY --fail-times N]
 
 The broker and the credentials come from the environment: ``ROCKETMQ_ENDPOINT`` (``host:port`` of a
 Halfmoon gRPC server), ``ROCKETMQ_ACCESS_KEY`` (an access key's name), ``ROCKETMQ_SECRET_KEY`` (its
@@ -99,8 +101,11 @@ def producer(args: argparse.Namespace) -> int:
     the send: ``delivery_timestamp`` in ms, as the Python client documents it), then exit, or
     with ``--stay`` keep answering back-checks until SIGTERM. ``--recall`` recalls each delay
     message right after its send, ``--recall-late`` once its due time has passed (the recall's
-    outcome is a ``recalled`` or ``recall_failed`` event)."""
+    outcome is a ``recalled`` or ``recall_failed`` event). ``--message-groups`` sends FIFO
+    messages: message i of message group i % len (normal sends, no checker)."""
     untimed = args.delay_ms is None
+    if args.message_groups:
+        args.normal = True
     checker = Checker(args.check) if untimed and not args.normal else None
     client = Producer(configuration(), (args.topic,), checker)
     client.startup()
@@ -122,6 +127,8 @@ def producer(args: argparse.Namespace) -> int:
             message.add_property(key, value)
         if not untimed:
             message.delivery_timestamp = now_ms() + args.delay_ms
+        if args.message_groups:
+            message.message_group = args.message_groups[i % len(args.message_groups)]
         try:
             if args.normal or not untimed:
                 receipt = client.send(message)
@@ -140,6 +147,7 @@ def producer(args: argparse.Namespace) -> int:
             offset=receipt.offset,
             delivery_timestamp=message.delivery_timestamp,
             recall_handle=receipt.recall_handle,
+            message_group=message.message_group,
             sent_ms=now_ms(),
         )
         if args.recall or args.recall_late:
@@ -222,6 +230,7 @@ def receive_and_ack(client: SimpleConsumer, invisible_s: int) -> int:
             properties=dict(message.properties or {}),
             delivery_attempt=message.delivery_attempt,
             message_type=message.message_type,
+            message_group=message.message_group,
             delivery_timestamp=message.delivery_timestamp,
             received_ms=message.decode_message_timestamp,
         )
@@ -230,27 +239,38 @@ def receive_and_ack(client: SimpleConsumer, invisible_s: int) -> int:
 
 
 class Listener(MessageListener):
-    """Reports each message it is handed and answers ``--result``."""
+    """Reports each message it is handed and answers ``--result``; the message whose body is
+    ``fail_body`` is answered FAILURE its first ``fail_times`` times, then SUCCESS."""
 
-    def __init__(self, result: str) -> None:
+    def __init__(self, result: str, fail_body: str | None = None, fail_times: int = 0) -> None:
         self.result = ConsumeResult.SUCCESS if result == "success" else ConsumeResult.FAILURE
+        self.fail_body, self.failures_left = fail_body, fail_times
+        self.lock = threading.Lock()
 
     def consume(self, message: Message) -> ConsumeResult:
+        body = message.body.decode()
+        result = self.result
+        with self.lock:
+            if body == self.fail_body and self.failures_left > 0:
+                self.failures_left -= 1
+                result = ConsumeResult.FAILURE
         emit(
             "consumed",
             message_id=message.message_id,
-            body=message.body.decode(),
+            body=body,
+            message_group=message.message_group,
             delivery_attempt=message.delivery_attempt,
+            result="success" if result == ConsumeResult.SUCCESS else "failure",
+            consumed_ms=now_ms(),
         )
-        return self.result
+        return result
 
 
 def push(args: argparse.Namespace) -> int:
-    """A PushConsumer of ``--group`` on ``--topic`` whose listener answers ``--result``, until
-    SIGTERM."""
-    client = PushConsumer(
-        configuration(), args.group, Listener(args.result), {args.topic: FilterExpression()}
-    )
+    """A PushConsumer of ``--group`` on ``--topic`` whose listener answers ``--result``
+    (``--fail-body``'s message FAILURE ``--fail-times`` times first), until SIGTERM."""
+    listener = Listener(args.result, args.fail_body, args.fail_times)
+    client = PushConsumer(configuration(), args.group, listener, {args.topic: FilterExpression()})
     client.startup()
     emit("started", client_id=client.client_id)
     STOP.wait()
@@ -274,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tags", type=lambda v: v.split(","), help="message i gets tag i % len")
     p.add_argument("--properties", type=json.loads, help="a JSON list of objects, cycled")
     p.add_argument("--delay-ms", type=int, help="send delay messages due N ms after each send")
+    p.add_argument("--message-groups", type=lambda v: v.split(","), help="FIFO: i % len")
     recalls = p.add_mutually_exclusive_group()
     recalls.add_argument("--recall", action="store_true", help="recall each one at once")
     recalls.add_argument("--recall-late", action="store_true", help="recall once it is due")
@@ -290,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--group", required=True)
     u.add_argument("--topic", required=True)
     u.add_argument("--result", choices=("success", "failure"), required=True)
+    u.add_argument("--fail-body", help="the body of the message to fail --fail-times first")
+    u.add_argument("--fail-times", type=int, default=0)
     args = parser.parse_args(argv)
     if args.role == "producer" and (args.recall or args.recall_late) and args.delay_ms is None:
         parser.error("--recall and --recall-late recall delay messages: give --delay-ms")

@@ -236,14 +236,6 @@ def test_send_to_an_unknown_topic_is_topic_not_found(stub, grpc_server):
     assert not ProducerGroup.objects.filter(name="nope").exists()
 
 
-def test_fifo_messages_are_not_served(stub, topic):
-    message = normal(topic)
-    message.system_properties.message_type = pb.MessageType.FIFO
-    answer = send(stub, message)
-    assert answer.status.code == Code.BAD_REQUEST
-    assert "FIFO" in answer.status.message
-
-
 def end(
     stub,
     topic: str,

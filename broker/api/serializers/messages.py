@@ -27,6 +27,7 @@ from broker.constants import (
 from broker.models import (
     Message,
 )
+from broker.rules.fifo import MESSAGE_GROUP_MAX_LENGTH
 from broker.services.consumption.deliveries import CHANGE_INVISIBLE_DURATION_MS
 
 
@@ -94,6 +95,14 @@ class MessageSendInSerializer(MessageInSerializer):
         required=False,
         help_text="RocketMQ's delay level 1..18 (1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m "
         "20m 30m 1h 2h from now)",
+    )
+    message_group = StrictCharField(
+        required=False,
+        max_length=MESSAGE_GROUP_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text="A FIFO message's group (1-64 characters, not blank, no control character): "
+        "stored in the group's queue (SHA-256 of the group modulo the topic's queues), in send "
+        "order; not with deliver_at or delay_level",
     )
 
 
@@ -215,6 +224,7 @@ class StoredMessageSerializer(MessageContentSerializer):
     queue_id = serializers.IntegerField()
     queue_offset = serializers.IntegerField()
     store_timestamp = serializers.IntegerField()
+    message_group = serializers.CharField(help_text="A FIFO message's group; empty for none")
 
     def to_representation(self, instance: Message) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from broker.api.serializers.fields import (
     NameField,
+    StrictBooleanField,
     StrictChoiceField,
     StrictIntegerField,
     StrictURLField,
@@ -82,12 +83,30 @@ class TopicPatchSerializer(serializers.Serializer):
 
 
 class ConsumerGroupPatchSerializer(WholeBodyPatchSerializer):
-    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000)
+    """At least one of ``max_delivery_attempts`` and ``fifo``."""
+
+    any_of_required: ClassVar[tuple[str, ...]] = ("max_delivery_attempts", "fifo")
+    max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    fifo = StrictBooleanField(
+        required=False, help_text="Consume each message group in send order (FIFO)"
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError(
+                {"max_delivery_attempts": "Give max_delivery_attempts, fifo or both."}
+            )
+        return attrs
 
 
 class ConsumerGroupInSerializer(NewNameInSerializer):
     reserved_name_pattern = RESERVED_GROUP_PATTERN
     max_delivery_attempts = StrictIntegerField(min_value=1, max_value=1000, required=False)
+    fifo = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="Consume each message group in send order (FIFO); default false",
+    )
 
 
 class TopicOutSerializer(serializers.ModelSerializer):
@@ -133,4 +152,4 @@ class ProducerGroupCreatedSerializer(serializers.ModelSerializer):
 class ConsumerGroupOutSerializer(serializers.ModelSerializer):
     class Meta:
         model = ConsumerGroup
-        fields = ["name", "max_delivery_attempts", "created_timestamp"]
+        fields = ["name", "max_delivery_attempts", "fifo", "created_timestamp"]

@@ -147,13 +147,17 @@ class ConsumerGroupDetailView(APIView):
     @extend_schema(
         request=ConsumerGroupPatchSerializer,
         responses={200: ConsumerGroupOutSerializer, **error_responses(404, 413)},
-        summary="Change a consumer group's max_delivery_attempts (addition to api-v1)",
+        summary="Change a consumer group's max_delivery_attempts or fifo (addition to api-v1)",
         description="Deliveries already counted keep their count; the next failed one is "
-        "compared with the new number (past it: moved to %DLQ%{group}).",
+        "compared with the new number (past it: moved to %DLQ%{group}). `fifo` true: each "
+        "message group's messages are handed out in send order, the next after the previous "
+        "is acked or dead-lettered. At least one of the two fields.",
     )
     def patch(self, request: Request, name: str) -> Response:
         data = validated(ConsumerGroupPatchSerializer, request.data)
         group = consumer_group_update(
-            name=name, max_delivery_attempts=data["max_delivery_attempts"]
+            name=name,
+            max_delivery_attempts=data.get("max_delivery_attempts"),
+            fifo=data.get("fifo"),
         )
         return Response(ConsumerGroupOutSerializer(group).data)

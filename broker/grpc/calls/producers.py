@@ -1,4 +1,4 @@
-"""Producers' calls: SendMessage (normal, delay and half messages) and EndTransaction (the
+"""Producers' calls: SendMessage (normal, FIFO, delay and half messages) and EndTransaction (the
 RocketMQ proxy's ``SendMessageActivity`` and ``EndTransactionActivity``).
 
 RecallMessage, which takes a delay message back, is ``broker.grpc.calls.recall``'s."""
@@ -20,7 +20,11 @@ from broker.grpc.convert import OK, Code, Outgoing, error_status, outgoing_of, s
 from broker.models import Message
 from broker.rules.timers import recall_handle_of
 from broker.selectors.messages import message_at
-from broker.services.commitlog.messages import message_send, msg_id_validate
+from broker.services.commitlog.messages import (
+    message_group_check,
+    message_send,
+    msg_id_validate,
+)
 from broker.services.timers.schedule import message_send_at
 from broker.services.topology import clients
 
@@ -31,6 +35,7 @@ _TIMELESS_TYPES = (
     pb.MessageType.NORMAL,
     pb.MessageType.MESSAGE_TYPE_UNSPECIFIED,
     pb.MessageType.TRANSACTION,
+    pb.MessageType.FIFO,
 )
 """The served types a message with a ``delivery_timestamp`` may not have (only DELAY may)."""
 
@@ -48,21 +53,28 @@ class ProducerCalls(CallsBase):
     async def SendMessage(
         self, request: spb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> spb.SendMessageResponse:
-        """Store each message of the request: NORMAL through ``message_send``, DELAY through
+        """Store each message of the request: NORMAL and FIFO (with its ``message_group``, in
+        the group's queue) through ``message_send``, DELAY through
         ``message_send_at`` (its entry carries a recall handle while it waits), TRANSACTION (a
         half message) through ``transaction_prepare_batch`` with the half messages arriving
         beside it (``broker.grpc.group_commit``) as the caller's producer group
         (``clients.grpc_producer_group_resolve``), all keeping the client's message id and
         idempotent by it (the client resends a failed send with the same id). A DELAY message
         without ``delivery_timestamp``, or a NORMAL or TRANSACTION one with it, is
-        MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (the proxy's check); one due beyond
+        MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (the proxy's check), and so is a message group on a
+        type other than FIFO; a FIFO one without a valid group ILLEGAL_MESSAGE_GROUP; one due beyond
         ``HALFMOON_TIMER_MAX_DELAY_SEC`` ILLEGAL_DELIVERY_TIME. One entry per message; the
-        top-level status is the first failed entry's, else OK."""
+        top-level status is the first failed entry's, else OK. A request holding FIFO messages
+        is stored in its order (one message after the other), the others concurrently."""
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "No message to send."))
         metadata = call_metadata(context)
         namespace_check(metadata.namespace, *(m.topic.resource_namespace for m in request.messages))
-        entries = await asyncio.gather(*(self._send(m, metadata) for m in request.messages))
+        if any(m.system_properties.message_type == pb.MessageType.FIFO for m in request.messages):
+            # A batch of FIFO messages is stored in its order, one after the other.
+            entries = [await self._send(m, metadata) for m in request.messages]
+        else:
+            entries = await asyncio.gather(*(self._send(m, metadata) for m in request.messages))
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or OK, entries=entries)
 
@@ -89,9 +101,10 @@ class ProducerCalls(CallsBase):
             if out.message_type not in (
                 pb.MessageType.NORMAL,
                 pb.MessageType.MESSAGE_TYPE_UNSPECIFIED,
+                pb.MessageType.FIFO,
             ):
                 raise InvalidInput(
-                    f"Halfmoon serves NORMAL, DELAY and TRANSACTION messages, not "
+                    f"Halfmoon serves NORMAL, FIFO, DELAY and TRANSACTION messages, not "
                     f"{pb.MessageType.Name(out.message_type)}.",
                     code="message_type_not_served",
                 )
@@ -99,7 +112,9 @@ class ProducerCalls(CallsBase):
             def work() -> Message:
                 caller = caller_authenticate(metadata)
                 group = clients.grpc_sender_group(caller=caller, topic=out.topic)
-                return message_send(**out.send_arguments(), producer_group=group)
+                return message_send(
+                    **out.send_arguments(), message_group=out.message_group, producer_group=group
+                )
 
             stored = await self.workers.run(work)
             return spb.SendResultEntry(
@@ -214,8 +229,18 @@ class ProducerCalls(CallsBase):
 
 def _type_check(out: Outgoing) -> None:
     """Raises InvalidInput ``message_type_conflict`` (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE) for
-    a DELAY message without a delivery timestamp, or a NORMAL or TRANSACTION one with one
-    (RocketMQ proxy ``SendMessageActivity``: the type and the properties must agree)."""
+    a DELAY message without a delivery timestamp, a NORMAL, FIFO or TRANSACTION one with one,
+    or a message group on any type but FIFO; ``illegal_message_group`` (ILLEGAL_MESSAGE_GROUP)
+    for a FIFO message without a valid group (RocketMQ proxy ``SendMessageActivity``: the type
+    and the properties must agree)."""
+    if out.message_type == pb.MessageType.FIFO:
+        message_group_check(out.message_group)
+    elif out.message_group:
+        raise InvalidInput(
+            f"A {pb.MessageType.Name(out.message_type)} message may not have a message_group: "
+            "send it as FIFO.",
+            code="message_type_conflict",
+        )
     if out.message_type == pb.MessageType.DELAY and out.delivery_timestamp is None:
         raise InvalidInput(
             "A DELAY message needs a delivery_timestamp.", code="message_type_conflict"

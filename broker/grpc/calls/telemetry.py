@@ -129,6 +129,7 @@ class TelemetryCalls(CallsBase):
         """
         kind = client_kind(settings.client_type)
         max_attempts = None
+        fifo = False
         producer_groups: list[str] = []
         consumer_group = ""
         if kind == ClientConnection.Kind.PRODUCER:
@@ -154,6 +155,7 @@ class TelemetryCalls(CallsBase):
                 if group is None:
                     raise not_found("consumer_group", consumer_group)
                 max_attempts = group.max_delivery_attempts
+                fifo = group.fifo
                 subscriptions_record(consumer_group=consumer_group, expressions=filters)
         clients.client_settings_record(
             client_id=metadata.client_id,
@@ -167,4 +169,4 @@ class TelemetryCalls(CallsBase):
             topics=topics,
             server=telemetry_server_id(),
         )
-        return settings_answer(settings, max_delivery_attempts=max_attempts)
+        return settings_answer(settings, max_delivery_attempts=max_attempts, fifo=fifo)

@@ -11,6 +11,7 @@ from broker.constants import MSG_ID_PATTERN, PROPERTY_PRODUCER_GROUP, PROPERTY_U
 from broker.errors import Forbidden, InvalidInput, not_found
 from broker.lookups import topic_by_name
 from broker.models import Message, Topic
+from broker.rules.fifo import message_group_problem, message_group_queue
 from broker.rules.topics import is_system_topic
 from broker.services.commitlog.storage import message_new, messages_store, new_msg_id
 from broker.services.commitlog.validation import message_type_check, message_validate
@@ -46,6 +47,20 @@ def msg_id_validate(msg_id: str) -> None:
         )
 
 
+def message_group_check(message_group: str) -> None:
+    """Check a FIFO message's group (``message_group_problem``: not blank, at most 64
+    characters, no control character; RocketMQ ILLEGAL_MESSAGE_GROUP).
+
+    Raises:
+        InvalidInput: ``illegal_message_group`` (details ``message_group``).
+    """
+    problem = message_group_problem(message_group)
+    if problem is not None:
+        raise InvalidInput(
+            problem, code="illegal_message_group", details={"message_group": message_group}
+        )
+
+
 def queue_select(msg_id: str, queue_nums: int) -> int:
     """The queue a message goes to: spread evenly by its msg_id (CRC32), stable for retries."""
     return zlib.crc32(msg_id.encode()) % queue_nums
@@ -62,25 +77,36 @@ def message_plan(
     producer_group: str = "",
     msg_id: str | None = None,
     delivery_timestamp: int | None = None,
+    message_group: str = "",
 ) -> Message:
     """Check a normal message and build it, unsaved, with its msg_id (UNIQ_KEY: ``msg_id``,
-    else a new one) and its queue (``queue_select``): every rule of a send that needs no write
-    (``message_send``'s arguments and errors). ``delivery_timestamp`` (ms) marks a DELAY
-    message: only its type is read here (``message_type_check``), its time is
-    ``message_send_at``'s."""
+    else a new one) and its queue (``queue_select``; a FIFO message's, with ``message_group``,
+    ``message_group_queue``): every rule of a send that needs no write (``message_send``'s
+    arguments and errors; ``illegal_message_group``, ``message_group_check``).
+    ``delivery_timestamp`` (ms) marks a DELAY message: only its type is read here
+    (``message_type_check``), its time is ``message_send_at``'s."""
     props = message_validate(body=body, properties=properties)
+    if message_group:
+        message_group_check(message_group)
     if msg_id is not None:
         msg_id_validate(msg_id)
     topic_obj = producer_topic_get(topic)
-    message_type_check(topic_obj, delivery_timestamp=delivery_timestamp)
+    message_type_check(
+        topic_obj, delivery_timestamp=delivery_timestamp, message_group=message_group
+    )
     msg_id = msg_id or new_msg_id()
     props[PROPERTY_UNIQ_KEY] = msg_id
     if producer_group:
         props[PROPERTY_PRODUCER_GROUP] = producer_group
     return message_new(
         topic=topic,
-        queue_id=queue_select(msg_id, topic_obj.queue_nums),
+        queue_id=(
+            message_group_queue(message_group, topic_obj.queue_nums)
+            if message_group
+            else queue_select(msg_id, topic_obj.queue_nums)
+        ),
         msg_id=msg_id,
+        message_group=message_group,
         body=body,
         body_is_text=body_is_text,
         tags=tags,
@@ -96,7 +122,8 @@ def message_send(**send: Any) -> Message:
     Args:
         send: ``message_plan``'s keyword arguments (``topic``, ``body``, ``body_is_text``,
             ``tags``, ``keys``, ``properties``, ``producer_group``, ``msg_id``,
-            ``delivery_timestamp`` for a DELAY message due now).
+            ``delivery_timestamp`` for a DELAY message due now, ``message_group``: a FIFO
+            message's group, stored in its group's queue).
 
     With ``msg_id`` (a RocketMQ 5 client makes its message ids and resends a failed send with
     the same one), the send is idempotent: a message with that msg_id already stored on the

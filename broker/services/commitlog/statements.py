@@ -26,6 +26,7 @@ MESSAGE_COLUMNS = (
     "properties",
     "sys_flag",
     "producer_group",
+    "message_group",
     "born_timestamp",
     "store_timestamp",
     "prepared_transaction_offset",

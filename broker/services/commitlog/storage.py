@@ -60,8 +60,10 @@ def message_new(
     producer_group: str = "",
     born_timestamp: int | None = None,
     prepared_transaction_offset: int | None = None,
+    message_group: str = "",
 ) -> Message:
-    """The unsaved message ``message_put`` stores (arguments as there): store time now (ms),
+    """The unsaved message ``message_put`` stores (arguments as there; ``message_group`` a FIFO
+    message's group, "" for none): store time now (ms),
     ``born_timestamp`` the store time unless given; no offsets yet."""
     stored = now_ms()
     return model_new(
@@ -76,6 +78,7 @@ def message_new(
         properties=properties or {},
         sys_flag=sys_flag,
         producer_group=producer_group,
+        message_group=message_group,
         born_timestamp=born_timestamp if born_timestamp is not None else stored,
         store_timestamp=stored,
         prepared_transaction_offset=prepared_transaction_offset,

@@ -22,7 +22,7 @@ from broker.lookups import consumer_group_by_name
 from broker.models import ConsumerGroup, Delivery
 from broker.rules.clock import now_ms
 from broker.services.consumption.handouts import Received, receipt_handle_new
-from broker.services.consumption.receive import delivery_move_to_dlq
+from broker.services.consumption.receive import delivery_move_to_dlq, fifo_released
 
 CHANGE_INVISIBLE_DURATION_MS: tuple[int, int] = (0, RECEIVE_INVISIBLE_DURATION_MS[1])
 """Bounds (ms, inclusive) of a new invisible duration: the proxy's ``GrpcValidator`` checks a
@@ -121,7 +121,8 @@ def delivery_dead_letter(*, consumer_group: str, receipt_handle: str) -> None:
     attempt, and delete the delivery (RocketMQ 5 ForwardMessageToDeadLetterQueueActivity: a
     FIFO PushConsumer's message past its max attempts). It is the move of the expiry path
     (``delivery_move_to_dlq``): the same copy, journalled ``dead_lettered`` with the attempt,
-    in the same database transaction.
+    in the same database transaction. In a FIFO consumer group the message group's next message
+    may then be taken: the topic's long polls are woken.
 
     Raises:
         NotFound: ``consumer_group_not_found``, ``invalid_receipt_handle``.
@@ -129,3 +130,5 @@ def delivery_dead_letter(*, consumer_group: str, receipt_handle: str) -> None:
     with transaction.atomic():
         group, delivery = _delivery_locked(consumer_group, receipt_handle)
         delivery_move_to_dlq(delivery, group, now=now_ms()).save()
+        if group.fifo:
+            fifo_released([delivery.topic])

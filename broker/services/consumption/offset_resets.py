@@ -30,6 +30,7 @@ from broker.selectors.consumer_groups import (
     consumer_group_op_get,
     offset_reset_positions,
 )
+from broker.services.consumption.fifo_take import fifo_taken_forget
 from broker.services.consumption.redelivery import consumer_group_checked, messages_redeliver
 from broker.services.operations.audit import actor_checked, reason_checked
 
@@ -213,6 +214,9 @@ def offset_reset_apply(
                     skipped += new - row.offset
                     row.offset = new
                     row.save(update_fields=["offset"])
+                    fifo_taken_forget(
+                        consumer_group=group, topic=row.topic, queue_id=row.queue_id, below=new
+                    )
         entry.reason = reason
         entry.state = AuditEntry.State.DONE
         entry.applied_by = actor

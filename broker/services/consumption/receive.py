@@ -18,6 +18,7 @@ duration, forward it to the DLQ) is in ``broker.services.consumption.deliveries`
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from contextlib import nullcontext
 from typing import TypeVar
 
@@ -33,11 +34,13 @@ from broker.errors import Forbidden, NotFoundKind, not_found
 from broker.lookups import consumer_group_by_name, topic_by_name
 from broker.models import ConsumerGroup, Delivery, DeliveryEvent, Message
 from broker.plumbing.sql import statement_cursor
+from broker.plumbing.wakeups import topic_channel, wakeup_on_commit
 from broker.rules.clock import now_ms
 from broker.rules.filters import FilterExpression
 from broker.rules.topics import is_undeliverable_topic
 from broker.selectors.filter_sql import filter_condition
 from broker.services.commitlog.storage import message_copy
+from broker.services.consumption.fifo_take import fifo_messages_take
 from broker.services.consumption.handouts import (
     Received,
     journal_entry,
@@ -81,6 +84,14 @@ def delivery_move_to_dlq(delivery: Delivery, group: ConsumerGroup, *, now: int) 
         attempt=delivery.delivery_attempt,
         now=now,
     )
+
+
+def fifo_released(topics: Iterable[str]) -> None:
+    """Wake the long polls of ``topics`` once the current database transaction commits (at
+    once outside one): a FIFO consumer group acked or dead-lettered a message there, so the
+    next message of its group may now be taken."""
+    for topic in sorted(set(topics)):
+        wakeup_on_commit(topic_channel(topic))
 
 
 def _found(row: _Row | None, kind: NotFoundKind, name: str) -> _Row:
@@ -177,8 +188,9 @@ def messages_receive(
         DeliveryEvent.objects.bulk_create(journal)  # dead letters, then hand-outs again
         want = max_messages - len(out)
         if want > 0:
+            take = fifo_messages_take if group.fifo else messages_take
             out.extend(
-                messages_take(
+                take(
                     consumer_group=consumer_group,
                     topic=topic,
                     queue_nums=topic_obj.queue_nums,
@@ -206,10 +218,12 @@ def messages_ack(
     Raises:
         NotFound: ``consumer_group_not_found``.
     """
-    _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
+    group = _found(consumer_group_by_name(consumer_group), "consumer_group", consumer_group)
     unique = list(dict.fromkeys(receipt_handles))
     now = now_ms()
     found = _ack(consumer_group, unique, now)
+    if group.fifo:
+        fifo_released(found.values())
     acked = len(found)
     failed = [
         {"receipt_handle": h, "code": "invalid_receipt_handle"} for h in unique if h not in found
@@ -227,11 +241,11 @@ def _ack_sql() -> str:
         "WHERE d.consumer_group = %(group)s AND d.receipt_handle = ANY(%(handles)s::text[]) "
         "AND m.commit_log_offset = d.message_id RETURNING d.receipt_handle, d.delivery_attempt, "
         "m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.msg_id), "
-        f"journalled AS ({journal}) SELECT receipt_handle FROM acked"
+        f"journalled AS ({journal}) SELECT receipt_handle, topic FROM acked"
     )
 
 
-def _ack(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
+def _ack(consumer_group: str, receipt_handles: list[str], now: int) -> dict[str, str]:
     """Delete the group's deliveries behind ``receipt_handles`` and journal each as
     ``acked`` (at ``now``, ms, with the attempt acked) in ONE statement (``_ack_sql``), its own
     database transaction outside a caller's (a savepoint inside one). A delivery being handed
@@ -239,7 +253,7 @@ def _ack(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
     its new handle no longer matches, and the old one fails.
 
     Returns:
-        the receipt handles acked.
+        the receipt handles acked, each with its message's topic.
     """
     params = {
         "group": consumer_group,
@@ -252,4 +266,4 @@ def _ack(consumer_group: str, receipt_handles: list[str], now: int) -> set[str]:
         statement_cursor() as cursor,
     ):
         cursor.execute(_ack_sql(), params)
-        return {handle for (handle,) in cursor.fetchall()}
+        return dict(cursor.fetchall())

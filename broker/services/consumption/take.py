@@ -21,7 +21,7 @@ from broker.plumbing.sql import statement_cursor
 from broker.services.consumption.handouts import Received, journal_insert_sql, receipt_handle_new
 
 
-def _offsets_create(consumer_group: str, topic: str, queue_nums: int) -> None:
+def consumer_offsets_create(consumer_group: str, topic: str, queue_nums: int) -> None:
     """Create the group's missing offsets of ``topic`` (at 0): its first receive of the topic,
     or queues added since."""
     ConsumerOffset.objects.bulk_create(
@@ -138,5 +138,5 @@ def messages_take(
             out.append(Received(message, 1, handle))
         if attempt or rows[0][0] >= queue_nums or len(out) >= want:
             break
-        _offsets_create(consumer_group, topic, queue_nums)
+        consumer_offsets_create(consumer_group, topic, queue_nums)
     return out

@@ -62,8 +62,15 @@ def message_send_at(*, delivery_timestamp: int, **send: Any) -> Message | Schedu
 
     Raises:
         InvalidInput: ``illegal_delivery_time``, due more than ``HALFMOON_TIMER_MAX_DELAY_SEC``
-            ahead (RocketMQ ``timerMaxDelaySec``); and ``message_send``'s errors.
+            ahead (RocketMQ ``timerMaxDelaySec``); ``message_type_conflict`` with a
+            ``message_group`` (a message is FIFO or DELAY, not both); ``message_send``'s errors.
     """
+    if send.get("message_group"):
+        raise InvalidInput(
+            "A FIFO message (message_group) may not also have a delivery time.",
+            code="message_type_conflict",
+            details={"message_group": send["message_group"]},
+        )
     now = now_ms()
     try:
         scheduled = is_scheduled(

@@ -24,6 +24,7 @@ from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup,
 from broker.rules.message_types import TopicMessageType
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 from broker.services.checks.targets import check_url_refusal
+from broker.services.consumption.fifo_take import fifo_progress_forget
 
 TOKEN_PREFIX = "hm_"
 
@@ -275,9 +276,12 @@ def producer_group_update(*, name: str, check_url: str | None) -> ProducerGroup:
     return ProducerGroup.objects.get(name=name)
 
 
-def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None) -> ConsumerGroup:
+def consumer_group_create(
+    *, name: str, max_delivery_attempts: int | None = None, fifo: bool = False
+) -> ConsumerGroup:
     """Create a consumer group; ``max_delivery_attempts`` defaults to
-    ``HALFMOON_MAX_DELIVERY_ATTEMPTS`` (16, RocketMQ maxReconsumeTimes).
+    ``HALFMOON_MAX_DELIVERY_ATTEMPTS`` (16, RocketMQ maxReconsumeTimes); ``fifo``: consume
+    each message group in send order (RocketMQ's ``consumeMessageOrderly``).
 
     Raises:
         InvalidInput: bad name or attempts below 1. Conflict: ``consumer_group_exists``.
@@ -286,21 +290,34 @@ def consumer_group_create(*, name: str, max_delivery_attempts: int | None = None
     attempts = max_delivery_attempts or conf.max_delivery_attempts
     max_delivery_attempts_validate(attempts)
     with created_once("consumer_group", name):
-        return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts)
+        return ConsumerGroup.objects.create(name=name, max_delivery_attempts=attempts, fifo=fifo)
 
 
-def consumer_group_update(*, name: str, max_delivery_attempts: int) -> ConsumerGroup:
-    """Change a consumer group's ``max_delivery_attempts``; deliveries already counted keep
-    their count, and the next failed one is compared with the new number.
+def consumer_group_update(
+    *, name: str, max_delivery_attempts: int | None = None, fifo: bool | None = None
+) -> ConsumerGroup:
+    """Change a consumer group's ``max_delivery_attempts`` and/or ``fifo`` (None: unchanged);
+    deliveries already counted keep their count, and the next failed one is compared with the
+    new number. A group made FIFO takes each message group's head from its offsets on; the
+    messages already in flight stay so. A group made not FIFO forgets what its FIFO receives
+    took past its offsets (``fifo_progress_forget``): its next receives hand those out again
+    (at least once). Other processes see the change within ``HALFMOON_LOOKUP_CACHE_MS``.
 
     Raises:
         InvalidInput: attempts below 1. NotFound: ``consumer_group_not_found``.
     """
-    max_delivery_attempts_validate(max_delivery_attempts)
-    if not ConsumerGroup.objects.filter(name=name).update(
-        max_delivery_attempts=max_delivery_attempts
-    ):
-        raise not_found("consumer_group", name)
+    changes: dict[str, object] = {}
+    if max_delivery_attempts is not None:
+        max_delivery_attempts_validate(max_delivery_attempts)
+        changes["max_delivery_attempts"] = max_delivery_attempts
+    if fifo is not None:
+        changes["fifo"] = fifo
+    with transaction.atomic():
+        rows = ConsumerGroup.objects.filter(name=name)
+        if not (rows.update(**changes) if changes else rows.exists()):
+            raise not_found("consumer_group", name)
+        if fifo is False:
+            fifo_progress_forget(name)
     transaction.on_commit(lambda: consumer_group_forget(name))
     consumer_group_forget(name)
     return ConsumerGroup.objects.get(name=name)
