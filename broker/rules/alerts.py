@@ -26,6 +26,7 @@ class AlertKind(TextChoices):
     GROUP_UNREACHABLE = "group_unreachable"
     DISCARD_RATE = "discard_rate"
     DLQ_GROWING = "dlq_growing"
+    SCHEDULED_OVERDUE = "scheduled_overdue"
 
 
 class AlertSeverity(TextChoices):
@@ -40,6 +41,7 @@ class Subject(TextChoices):
 
     PRODUCER_GROUP = "producer_group"
     CONSUMER_GROUP = "consumer_group"
+    TOPIC = "topic"
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,15 @@ KINDS: dict[AlertKind, KindSpec] = {
         True,
         900,
         "consumer-dead-letter-queue-growing",
+    ),
+    AlertKind.SCHEDULED_OVERDUE: KindSpec(
+        "Scheduled messages overdue",
+        Subject.TOPIC,
+        "seconds",
+        60,
+        False,
+        0,
+        "scheduled-messages-overdue",
     ),
 }
 """Every kind, with its meaning (see the module docstring)."""
@@ -223,6 +234,26 @@ def dlq_growing_finding(
         float(dead_letters),
         f"{dead_letters} messages of consumer group {group} moved to %DLQ%{group} in the "
         f"last {duration_text(window_s * 1000)}",
+    )
+
+
+def scheduled_overdue_finding(
+    topic: str, *, overdue: int, oldest_due_timestamp: int, threshold_s: int, now: int
+) -> Finding | None:
+    """``scheduled_overdue``: fires when a delay or timer message of ``topic`` is still
+    SCHEDULED (not moved to its topic, not recalled) more than ``threshold_s`` seconds after
+    its due time: the timer is down or behind, or the message's queue is gone. ``overdue``:
+    how many of the topic's are past due by more than the threshold; ``oldest_due_timestamp``
+    (ms): the earliest due time of them. ``value``: seconds the oldest is past due."""
+    late_ms = now - oldest_due_timestamp
+    if overdue <= 0 or late_ms <= threshold_s * 1000:
+        return None
+    return Finding(
+        topic,
+        late_ms / 1000,
+        f"{overdue} scheduled messages of topic {topic} not delivered more than "
+        f"{duration_text(threshold_s * 1000)} after their time; the oldest due "
+        f"{duration_text(late_ms)} ago",
     )
 
 
