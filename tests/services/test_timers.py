@@ -255,6 +255,7 @@ def test_metrics_show_what_waits_and_the_earliest_due_time(orders):
     assert samples() == {
         "halfmoon_scheduled_messages": [0.0],
         "halfmoon_scheduled_next_due_timestamp_seconds": [],
+        "halfmoon_scheduled_overdue_messages": [0.0],
     }
     due = now_ms() + HOUR
     message_send_at(delivery_timestamp=due + 5, topic="Orders", body=b"x")
@@ -262,7 +263,12 @@ def test_metrics_show_what_waits_and_the_earliest_due_time(orders):
     assert samples() == {
         "halfmoon_scheduled_messages": [2.0],
         "halfmoon_scheduled_next_due_timestamp_seconds": [due / 1000],
+        "halfmoon_scheduled_overdue_messages": [0.0],
     }
+    # The timer is down: one of them is past its time, not yet moved.
+    late = message_send_at(delivery_timestamp=due, topic="Orders", body=b"z")
+    ScheduledMessage.objects.filter(pk=late.pk).update(delivery_timestamp=now_ms() - 1_000)
+    assert samples()["halfmoon_scheduled_overdue_messages"] == [1.0]
 
 
 def test_a_recall_appends_one_delete_marker_to_the_timer_topic(orders):
