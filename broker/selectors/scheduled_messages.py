@@ -197,3 +197,15 @@ def scheduled_overdue_count(now: int) -> int:
     return ScheduledMessage.objects.filter(
         state=ScheduledMessage.State.SCHEDULED, delivery_timestamp__lt=now
     ).count()
+
+
+def scheduled_messages_present(commit_log_offsets: Collection[int]) -> set[int]:
+    """Which of ``commit_log_offsets`` (of messages on the timer topic) still have their
+    ``ScheduledMessage`` row, so a page can link to it. One query by primary key."""
+    if not commit_log_offsets:
+        return set()
+    return set(
+        ScheduledMessage.objects.filter(pk__in=list(commit_log_offsets)).values_list(
+            "pk", flat=True
+        )
+    )
