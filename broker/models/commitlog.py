@@ -120,6 +120,13 @@ class Message(models.Model):
             ),
             # The message search by topic and time (broker.selectors.message_search).
             models.Index(fields=["topic", "store_timestamp"], name="message_topic_store_time"),
+            # The message search by FIFO message group: only FIFO messages are in it, so the
+            # other sends cost it nothing.
+            models.Index(
+                fields=["message_group", "store_timestamp"],
+                name="message_group_store_time",
+                condition=~Q(message_group=""),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -28,4 +28,8 @@ class Migration(migrations.Migration):
             model_name='alertrule',
             constraint=models.CheckConstraint(condition=models.Q(('kind__in', ['oldest_pending', 'near_check_max', 'group_unreachable', 'discard_rate', 'dlq_growing', 'scheduled_overdue'])), name='alert_rule_kind_valid'),
         ),
+        migrations.AddIndex(
+            model_name='message',
+            index=models.Index(condition=models.Q(('message_group', ''), _negated=True), fields=['message_group', 'store_timestamp'], name='message_group_store_time'),
+        ),
     ]
