@@ -190,4 +190,5 @@ def test_the_schema_documents_the_rules_endpoints(document):
         "group_unreachable",
         "discard_rate",
         "dlq_growing",
+        "scheduled_overdue",
     ]
