@@ -23,6 +23,7 @@ from broker.plumbing.database_status import (
     DATABASE_UP,
 )
 from broker.rules.clock import now_ms
+from broker.selectors.blocked_message_groups import blocked_message_group_counts
 from broker.selectors.metrics import (
     EventCounts,
     event_counts,
@@ -155,6 +156,7 @@ def alerting_families(
       figures).
     - ``scheduled_families``: the delay and timer messages waiting, the earliest due time, how
       many are past it.
+    - ``fifo_families``: the FIFO consumer groups' blocked message groups.
     """
     oldest = {row.producer_group: row for row in oldest_pending_per_group(now_ms())}
     names = sorted({g.name for g in groups} | set(oldest))
@@ -230,13 +232,42 @@ def alerting_families(
         "Messages on the consumer group's dead-letter topic %DLQ%{group}",
         labels=["consumer_group"],
     )
-    for row in consumer_group_rows():
+    rows = consumer_group_rows()
+    for row in rows:
         for topic_lag in row.lags:
             lag.add_metric([row.group.name, topic_lag.topic], topic_lag.lag)
         dlq.add_metric([row.group.name], row.dlq)
     yield lag
     yield dlq
     yield from scheduled_families()
+    yield from fifo_families(sorted(row.group.name for row in rows if row.group.fifo))
+
+
+def fifo_families(fifo_groups: list[str]) -> Iterator[GaugeMetricFamily]:
+    """``halfmoon_fifo_blocked_message_groups{consumer_group}``: message groups whose head has
+    failed and holds back the rest (``broker.selectors.blocked_message_groups``; 0 for a FIFO
+    group of ``fifo_groups`` with none); ``halfmoon_fifo_blocked_oldest_timestamp_seconds
+    {consumer_group}``: the oldest one's first hand-out (groups with any, when known). RocketMQ
+    (RIP-46) has no such figure."""
+    counts = blocked_message_group_counts()
+    blocked = GaugeMetricFamily(
+        "halfmoon_fifo_blocked_message_groups",
+        "Message groups of the FIFO consumer group whose head failed and holds back the rest",
+        labels=["consumer_group"],
+    )
+    since = GaugeMetricFamily(
+        "halfmoon_fifo_blocked_oldest_timestamp_seconds",
+        "Unix time (s) since which the FIFO consumer group's oldest blocked message group "
+        "blocks (its head's first hand-out); time() minus this is how long",
+        labels=["consumer_group"],
+    )
+    for name in sorted(set(fifo_groups) | set(counts)):
+        row = counts.get(name)
+        blocked.add_metric([name], row.blocked if row else 0)
+        if row is not None and row.oldest_since is not None:
+            since.add_metric([name], row.oldest_since / 1000)
+    yield blocked
+    yield since
 
 
 def scheduled_families() -> Iterator[GaugeMetricFamily]:

@@ -11,6 +11,7 @@ from console.views import (
     alerts,
     audit,
     auth,
+    blocked_message_groups,
     consumer_groups,
     exports,
     messages,
@@ -35,6 +36,7 @@ urlpatterns = typed_routes(
         *audit.urlpatterns,
         *topology.urlpatterns,
         *consumer_groups.urlpatterns,  # after topology's consumer-groups/new/
+        *blocked_message_groups.urlpatterns,
         *reconciliation.urlpatterns,
         *alerts.urlpatterns,
     ]

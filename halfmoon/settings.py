@@ -216,6 +216,7 @@ SPECTACULAR_SETTINGS = {
         "BulkActionStateEnum": "broker.api.serializers.bulk.BULK_STATES",
         "AlertStateEnum": "broker.api.serializers.alert_history.ALERT_STATES",
         "ScheduledStateEnum": "broker.api.serializers.scheduled_messages.SCHEDULED_STATES",
+        "TopicMessageTypeEnum": "broker.rules.message_types.TopicMessageType.choices",
     },
 }
 

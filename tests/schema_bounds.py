@@ -51,13 +51,14 @@ STATE_REFUSALS: dict[tuple[str, str], frozenset[str]] = {
         {"dead_letters_empty", "dead_letters_too_many"}
     ),
     ("POST", "/api/v1/consumer-groups/{group}/receive"): frozenset({"illegal_filter_expression"}),
-    ("POST", "/api/v1/messages"): frozenset({"illegal_delivery_time"}),
+    ("POST", "/api/v1/messages"): frozenset({"illegal_delivery_time", "message_type_mismatch"}),
+    ("POST", "/api/v1/transactions"): frozenset({"message_type_mismatch"}),
     ("POST", "/api/v1/scheduled-messages/recall"): frozenset({"invalid_recall_handle"}),
 }
 """The 400 codes (by operation) that depend on what no schema can state: a deployment setting
 (the allowed networks of a ``check_url`` or a webhook ``url``, its DNS), the database (nothing
-to change or export, too much, no offsets yet, a topic's current queue count, a receiver's
-stored kind), a language (a receive's SQL92 filter, RocketMQ's grammar), the clock (a delivery
+to change or export, too much, no offsets yet, a topic's current queue count or message type,
+a receiver's stored kind), a language (a receive's SQL92 filter, RocketMQ's grammar), the clock (a delivery
 time more than HALFMOON_TIMER_MAX_DELAY_SEC ahead), an encoded content (a recall handle that
 decodes to no message of the topic). Each is named in its operation's description; a schema-valid request answered
 one of them is not a schema violation."""

@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from broker import models
 from broker.admin.base import ServiceAdmin, adopt_saved, value_checked
 from broker.conf import conf
+from broker.rules.message_types import TopicMessageType
 from broker.services.topology.writes import (
     check_url_validate,
     consumer_group_create,
@@ -33,9 +34,20 @@ from broker.services.topology.writes import (
 
 
 class TopicForm(forms.ModelForm):
+    message_type = forms.ChoiceField(
+        choices=TopicMessageType.choices,
+        required=False,
+        help_text="The type of message the topic accepts (RocketMQ's message.type); MIXED "
+        "accepts all. Left out: MIXED for a new topic, unchanged for an existing one.",
+    )
+
     class Meta:
         model = models.Topic
-        fields = ["name", "queue_nums"]
+        fields = ["name", "queue_nums", "message_type"]
+
+    def clean_message_type(self) -> str:
+        """The chosen type, else the topic's own (MIXED for a new topic)."""
+        return self.cleaned_data["message_type"] or self.instance.message_type
 
     def clean_name(self) -> str:
         return value_checked(self.cleaned_data["name"], topic_name_validate)
@@ -53,10 +65,10 @@ class TopicAdmin(ServiceAdmin):
     topics (the broker's own) are view-only."""
 
     form = TopicForm
-    fields = ["name", "queue_nums"]
+    fields = ["name", "queue_nums", "message_type"]
     change_readonly_fields = ("name", "system", "created_timestamp")
-    list_display = ["name", "queue_nums", "system", "created_timestamp"]
-    list_filter = ["system"]
+    list_display = ["name", "queue_nums", "message_type", "system", "created_timestamp"]
+    list_filter = ["system", "message_type"]
     search_fields = ["name"]
 
     def has_change_permission(self, request: HttpRequest, obj: models.Topic | None = None) -> bool:
@@ -66,7 +78,9 @@ class TopicAdmin(ServiceAdmin):
         self, request: HttpRequest, obj: models.Topic, form: forms.ModelForm, change: bool
     ) -> None:
         write = topic_update if change else topic_create
-        adopt_saved(obj, write(name=obj.name, queue_nums=obj.queue_nums))
+        adopt_saved(
+            obj, write(name=obj.name, queue_nums=obj.queue_nums, message_type=obj.message_type)
+        )
 
 
 class GroupForm(forms.ModelForm):

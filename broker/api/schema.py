@@ -107,7 +107,7 @@ class NewNameSchema(OpenApiSerializerExtension):
 
 class WholeBodyPatchSchema(OpenApiSerializerExtension):
     """``WholeBodyPatchSerializer`` and its subclasses (a producer group's ``check_url``, a
-    topic's ``queue_nums``, a consumer group's ``max_delivery_attempts``): the PATCH validates
+    consumer group's ``max_delivery_attempts``): the PATCH validates
     its body whole (its fields are required; a null ``check_url`` means "poll for checks"), so
     the schema must not be drf-spectacular's partial "Patched" form, in which every field is
     optional."""
@@ -121,6 +121,25 @@ class WholeBodyPatchSchema(OpenApiSerializerExtension):
         target = copy.copy(target) if isinstance(target, serializers.BaseSerializer) else target()
         target.partial = False
         return auto_schema._map_serializer(target, direction, bypass_extensions=True)
+
+
+class TopicPatchSchema(OpenApiSerializerExtension):
+    """``TopicPatchSerializer``: ``queue_nums``, ``message_type`` or both, as an ``anyOf`` of
+    the two required sets (an empty change is refused, ``TopicPatchSerializer.validate``), and
+    not drf-spectacular's partial "Patched" form."""
+
+    target_class = "broker.api.serializers.topology.TopicPatchSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        """The serializer's schema (not partial) plus ``anyOf`` [{required: [queue_nums]},
+        {required: [message_type]}]."""
+        target = self.target
+        target = copy.copy(target) if isinstance(target, serializers.BaseSerializer) else target()
+        target.partial = False
+        schema = auto_schema._map_serializer(target, direction, bypass_extensions=True)
+        if direction == "request":
+            schema["anyOf"] = [{"required": ["queue_nums"]}, {"required": ["message_type"]}]
+        return schema
 
 
 class BulkPreviewInSchema(OpenApiSerializerExtension):

@@ -22,6 +22,10 @@ from broker.api.views.alert_receivers import (
 )
 from broker.api.views.alerts import AlertRuleDetailView, AlertRuleListCreateView
 from broker.api.views.batch import MessageBatchView, TransactionBatchView, TransactionEndBatchView
+from broker.api.views.blocked_message_groups import (
+    BlockedMessageGroupListView,
+    HeadDeadLetterView,
+)
 from broker.api.views.broker_settings import BrokerSettingsView
 from broker.api.views.bulk import (
     BulkActionApplyView,
@@ -233,6 +237,17 @@ _ROUTES = [
         "consumer-groups/<name:group>/dead-letter-resends/<int:resend_id>/apply",
         DeadLetterSetApplyView,
         "dead-letter-resend-apply",
+    ),
+    # A FIFO consumer group's blocked message groups (broker.api.views.blocked_message_groups).
+    (
+        "consumer-groups/<name:group>/blocked-message-groups",
+        BlockedMessageGroupListView,
+        "blocked-message-group-list",
+    ),
+    (
+        "consumer-groups/<name:group>/blocked-message-groups/dead-letter-head",
+        HeadDeadLetterView,
+        "blocked-message-group-dead-letter-head",
     ),
     ("broker-settings", BrokerSettingsView, "broker-settings"),
     ("alerts", AlertListView, "alert-list"),

@@ -63,6 +63,7 @@ _CODES: dict[str, int] = {
     "illegal_filter_expression": Code.ILLEGAL_FILTER_EXPRESSION,
     "illegal_delivery_time": Code.ILLEGAL_DELIVERY_TIME,
     "message_type_conflict": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    "message_type_mismatch": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,  # the proxy's validator
     "invalid_recall_handle": Code.BAD_REQUEST,
     "scheduled_message_not_found": Code.NOT_FOUND,  # not MESSAGE_NOT_FOUND: the clients take it as OK
     "recall_too_late": Code.PRECONDITION_FAILED,

@@ -48,6 +48,8 @@ class AuditEntry(models.Model):
         RESEND_DEAD_LETTERS = "resend-dead-letters"  # a frozen set of them (targets: the DLQ
         # copies, AuditTarget.commit_log_offset), run by a Celery task with live progress
         RECALL_MESSAGE = "recall-message"  # a scheduled message taken back before its time
+        # the head of a FIFO consumer group's blocked message group, sent to %DLQ%{group}
+        DEAD_LETTER_HEAD = "dead-letter-head"
 
     class State(models.TextChoices):
         DONE = "done"

@@ -8,16 +8,25 @@ from django.db import models
 from django.db.models import Q
 
 from broker.rules.clock import now_ms
+from broker.rules.message_types import TopicMessageType
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 
 
 class Topic(models.Model):
-    """A topic and its number of queues (RocketMQ TopicConfig readQueueNums/writeQueueNums)."""
+    """A topic, its number of queues (RocketMQ TopicConfig readQueueNums/writeQueueNums) and
+    the type of message it accepts (its ``message.type`` attribute)."""
 
     name = models.CharField(max_length=127, unique=True)
     queue_nums = models.PositiveIntegerField()
     system = models.BooleanField(default=False, help_text="Broker-owned (RMQ_SYS_*, %DLQ%*, ...)")
     created_timestamp = models.BigIntegerField(default=now_ms)
+    message_type = models.CharField(
+        max_length=16,
+        choices=TopicMessageType.choices,
+        default=TopicMessageType.MIXED,
+        db_default=TopicMessageType.MIXED,
+        help_text="RocketMQ's message.type: the type its messages have, or MIXED (all)",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -25,7 +34,11 @@ class Topic(models.Model):
             models.CheckConstraint(
                 condition=Q(queue_nums__gte=QUEUE_NUMS_MIN) & Q(queue_nums__lte=QUEUE_NUMS_MAX),
                 name="topic_queue_nums_range",
-            )
+            ),
+            models.CheckConstraint(
+                condition=Q(message_type__in=TopicMessageType.values),
+                name="topic_message_type_known",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -120,6 +133,14 @@ class Message(models.Model):
             ),
             # The message search by topic and time (broker.selectors.message_search).
             models.Index(fields=["topic", "store_timestamp"], name="message_topic_store_time"),
+            # A FIFO message group's messages in queue order (the messages waiting behind a
+            # blocked head, broker.selectors.blocked_message_groups); normal messages are not
+            # in it, so it costs their sends nothing.
+            models.Index(
+                fields=["topic", "queue_id", "message_group", "queue_offset"],
+                name="message_group_order",
+                condition=~Q(message_group=""),
+            ),
             # The message search by FIFO message group: only FIFO messages are in it, so the
             # other sends cost it nothing.
             models.Index(

@@ -26,6 +26,7 @@ class AlertKind(TextChoices):
     GROUP_UNREACHABLE = "group_unreachable"
     DISCARD_RATE = "discard_rate"
     DLQ_GROWING = "dlq_growing"
+    FIFO_BLOCKED = "fifo_blocked"
     SCHEDULED_OVERDUE = "scheduled_overdue"
 
 
@@ -109,6 +110,15 @@ KINDS: dict[AlertKind, KindSpec] = {
         True,
         900,
         "consumer-dead-letter-queue-growing",
+    ),
+    AlertKind.FIFO_BLOCKED: KindSpec(
+        "FIFO message group blocked",
+        Subject.CONSUMER_GROUP,
+        "seconds",
+        300,
+        False,
+        0,
+        "fifo-message-group-blocked",
     ),
     AlertKind.SCHEDULED_OVERDUE: KindSpec(
         "Scheduled messages overdue",
@@ -234,6 +244,33 @@ def dlq_growing_finding(
         float(dead_letters),
         f"{dead_letters} messages of consumer group {group} moved to %DLQ%{group} in the "
         f"last {duration_text(window_s * 1000)}",
+    )
+
+
+def fifo_blocked_finding(
+    group: str,
+    *,
+    blocked: int,
+    oldest_since: int | None,
+    message_group: str,
+    threshold_s: int,
+    now: int,
+) -> Finding | None:
+    """``fifo_blocked``: fires when a message group of the FIFO consumer group has been blocked
+    (its head failed at least once and holds back the messages behind it) since
+    ``oldest_since`` (ms, the oldest of the group's ``blocked`` message groups: its head's
+    first hand-out; None, unknown: no finding) for more than ``threshold_s`` seconds at
+    ``now``. ``value``: that age in seconds."""
+    if oldest_since is None:
+        return None
+    age_ms = max(0, now - oldest_since)
+    if age_ms <= threshold_s * 1000:
+        return None
+    return Finding(
+        group,
+        age_ms / 1000,
+        f"{blocked} message groups of FIFO consumer group {group} blocked; the oldest, "
+        f"{message_group}, for {duration_text(age_ms)} (over {duration_text(threshold_s * 1000)})",
     )
 
 

@@ -38,12 +38,14 @@ class QueueOffsets:
 
 @dataclass
 class TopicRow:
-    """A topic with its queues (by queue id) and ``messages``, the messages stored on them."""
+    """A topic with its queues (by queue id) and ``messages``, the messages stored on them;
+    ``message_type`` the type it accepts (``TopicMessageType``)."""
 
     name: str
     queue_nums: int
     system: bool
     created_timestamp: int
+    message_type: str = "MIXED"
     queues: list[QueueOffsets] = field(default_factory=list)
 
     @property
@@ -58,7 +60,10 @@ def topic_rows(*, include_system: bool = False) -> list[TopicRow]:
     topics = Topic.objects.order_by("name")
     if not include_system:
         topics = topics.filter(system=False)
-    rows = {t.name: TopicRow(t.name, t.queue_nums, t.system, t.created_timestamp) for t in topics}
+    rows = {
+        t.name: TopicRow(t.name, t.queue_nums, t.system, t.created_timestamp, t.message_type)
+        for t in topics
+    }
     oldest = Message.objects.filter(
         topic=OuterRef("topic"), queue_id=OuterRef("queue_id")
     ).order_by("queue_offset")

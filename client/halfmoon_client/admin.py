@@ -30,12 +30,16 @@ class HalfmoonAdmin(ClientBase):
         """``GET /healthz``: ``{"status": "ok", ...}``; raises HalfmoonError with 503."""
         return self._api.request("GET", "/healthz")[1]
 
-    def create_topic(self, name: str, queue_nums: int = 4) -> dict[str, Any]:
-        """``POST /api/v1/topics``: ``{"name", "queue_nums", "created_timestamp"}``; 409
-        ``topic_exists`` if it exists."""
-        return self._api.request(
-            "POST", "/api/v1/topics", json_body={"name": name, "queue_nums": queue_nums}
-        )[1]
+    def create_topic(
+        self, name: str, queue_nums: int = 4, message_type: str | None = None
+    ) -> dict[str, Any]:
+        """``POST /api/v1/topics``: ``{"name", "queue_nums", "message_type",
+        "created_timestamp"}``; 409 ``topic_exists`` if it exists. ``message_type``: NORMAL,
+        FIFO, DELAY, TRANSACTION or MIXED (None: the broker's default, MIXED)."""
+        body: dict[str, Any] = {"name": name, "queue_nums": queue_nums}
+        if message_type is not None:
+            body["message_type"] = message_type
+        return self._api.request("POST", "/api/v1/topics", json_body=body)[1]
 
     def get_topic(self, name: str) -> dict[str, Any]:
         """``GET /api/v1/topics/{name}``: the topic with each queue's min and max offset."""

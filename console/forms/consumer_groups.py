@@ -1,5 +1,6 @@
-"""The forms of a consumer group's operations (``console.views.consumer_groups``): the time
-to reset the group's offsets to, read as UTC."""
+"""The forms of a consumer group's operations (``console.views.consumer_groups``,
+``console.views.blocked_message_groups``): the time to reset the group's offsets to, read as
+UTC, and the dead-letter of a blocked message group's head."""
 
 from __future__ import annotations
 
@@ -30,3 +31,14 @@ class OffsetResetForm(forms.Form):
         raise forms.ValidationError(
             "Enter a time as YYYY-MM-DDTHH:MM[:SS] (UTC).", code="invalid_time"
         )
+
+
+class HeadDeadLetterForm(forms.Form):
+    """The "Send head to DLQ" of a blocked message group: the message group (``topic``,
+    ``message_group``), the head the operator saw (``msg_id``) and the ``reason`` (checked by
+    the service: required, at most 1,024 characters)."""
+
+    topic = forms.CharField(max_length=127)
+    message_group = forms.CharField(max_length=64, strip=False)
+    msg_id = forms.CharField(max_length=64)
+    reason = forms.CharField(max_length=1024, required=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django import forms
 
 from broker.errors import HalfmoonError
+from broker.rules.message_types import TopicMessageType
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN
 from broker.services.topology.writes import max_delivery_attempts_validate
 from console.forms.base import ServiceErrorsForm
@@ -24,6 +25,7 @@ TOPOLOGY_FIELD_OF_CODE = {
     "producer_group_exists": "name",
     "consumer_group_exists": "name",
     "invalid_queue_nums": "queue_nums",
+    "invalid_message_type": "message_type",
     "invalid_max_delivery_attempts": "max_delivery_attempts",
     "check_url_not_allowed": "check_url",
 }
@@ -51,6 +53,18 @@ def _queue_nums_field() -> forms.IntegerField:
     )
 
 
+def _message_type_field() -> forms.ChoiceField:
+    return forms.ChoiceField(
+        label="Message type",
+        choices=TopicMessageType.choices,
+        initial=TopicMessageType.MIXED,
+        required=False,  # left out: MIXED for a new topic, unchanged for an existing one
+        help_text="The type of message the topic accepts (RocketMQ's message.type): NORMAL, "
+        "FIFO, DELAY or TRANSACTION; MIXED accepts all. A change applies to the messages sent "
+        "from then on.",
+    )
+
+
 def _check_url_field() -> forms.URLField:
     return forms.URLField(
         required=False,
@@ -72,16 +86,20 @@ def _attempts_field(*, required: bool) -> forms.IntegerField:
 
 
 class TopicCreateForm(TopologyForm):
-    """A new topic: ``name`` and ``queue_nums`` (``broker.services.topology.writes.topic_create``)."""
+    """A new topic: ``name``, ``queue_nums`` and ``message_type``
+    (``broker.services.topology.writes.topic_create``)."""
 
     name = _name_field()
     queue_nums = _queue_nums_field()
+    message_type = _message_type_field()
 
 
 class TopicEditForm(TopologyForm):
-    """More queues for a topic (``topic_update``; queues are never removed)."""
+    """More queues for a topic (``topic_update``; queues are never removed) and its message
+    type."""
 
     queue_nums = _queue_nums_field()
+    message_type = _message_type_field()
 
 
 class ProducerGroupCreateForm(TopologyForm):

@@ -19,6 +19,7 @@ from django.urls import URLPattern, path
 from django.views import View
 
 from broker.errors import HalfmoonError, NotFound
+from broker.selectors.blocked_message_groups import blocked_message_groups
 from broker.selectors.consumer_groups import (
     DEAD_LETTER_SET_ACTIONS,
     OFFSET_RESET_ACTIONS,
@@ -80,7 +81,8 @@ def _allowed(request: HttpRequest) -> frozenset[str] | None:
 
 
 class ConsumerGroupView(ViewConsoleRequired, View):
-    """GET ``/console/consumer-groups/<group>/``: its subscriptions, offsets per queue with lag, the reset and
+    """GET ``/console/consumer-groups/<group>/``: its FIFO flag (a FIFO group's oldest blocked
+    message groups, linked to their page), its subscriptions, offsets per queue with lag, the reset and
     skip forms (operators of the group), the dead letters (newest 100; ``?before=`` pages)
     and the group's latest operations."""
 
@@ -91,8 +93,14 @@ class ConsumerGroupView(ViewConsoleRequired, View):
             consumer_group=group, before=int(before) if before.isdigit() else None
         )
         offsets = consumer_group_offsets(consumer_group=group)
+        row = consumer_group_get(group)
         context = {
-            "group": consumer_group_get(group),
+            "group": row,
+            "blocked": blocked_message_groups(
+                consumer_group=group, max_delivery_attempts=row.max_delivery_attempts, limit=3
+            )
+            if row.fifo
+            else None,
             "offsets": offsets,
             "subscriptions": subscription_list(consumer_group=group),
             "total_lag": sum(o.lag for o in offsets),

@@ -20,6 +20,7 @@ from django.views import View
 
 from broker.conf import conf
 from broker.errors import NotFound
+from broker.rules.message_types import TopicMessageType
 from broker.selectors.check_explanations import check_explanation_of_producer_group
 from broker.selectors.clients import (
     ClientCounts,
@@ -168,12 +169,16 @@ class TopicCreateView(ServiceFormView):
     list_route = "console:topics"
 
     def apply(self, data: dict[str, Any], name: str | None) -> Any:
-        return topology_writes.topic_create(name=data["name"], queue_nums=data["queue_nums"])
+        return topology_writes.topic_create(
+            name=data["name"],
+            queue_nums=data["queue_nums"],
+            message_type=data.get("message_type") or TopicMessageType.MIXED,
+        )
 
 
 class TopicEditView(ServiceFormView):
-    """``/console/topics/<name>/edit/`` (admin): more queues (``topic_update``); the broker's
-    own topics are not editable (404)."""
+    """``/console/topics/<name>/edit/`` (admin): more queues and the message type
+    (``topic_update``); the broker's own topics are not editable (404)."""
 
     form_class = TopicEditForm
     title = "Edit topic"
@@ -182,10 +187,14 @@ class TopicEditView(ServiceFormView):
 
     def initial(self, name: str | None) -> dict[str, Any]:
         topic = _found(user_topic_get, name)
-        return {"queue_nums": topic.queue_nums}
+        return {"queue_nums": topic.queue_nums, "message_type": topic.message_type}
 
     def apply(self, data: dict[str, Any], name: str | None) -> Any:
-        return topology_writes.topic_update(name=name or "", queue_nums=data["queue_nums"])
+        return topology_writes.topic_update(
+            name=name or "",
+            queue_nums=data["queue_nums"],
+            message_type=data.get("message_type") or None,
+        )
 
 
 class ProducerGroupCreateView(ServiceFormView):

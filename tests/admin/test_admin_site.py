@@ -100,6 +100,26 @@ def test_more_queues_in_the_admin_adds_consume_queues(admin_client, owner):
     assert send_message(owner, topic="Growing").status_code == 201
 
 
+def test_the_admin_sets_and_changes_a_topics_message_type(admin_client, owner):
+    response = add(admin_client, "topic", name="Typed", queue_nums=1, message_type="DELAY")
+    assert response.status_code == 302, form_errors(response)
+    topic = Topic.objects.get(name="Typed")
+    assert topic.message_type == "DELAY"
+
+    response = change(admin_client, "topic", topic.pk, queue_nums=1, message_type="NORMAL")
+
+    assert response.status_code == 302, form_errors(response)
+    assert Topic.objects.get(pk=topic.pk).message_type == "NORMAL"
+    assert send_message(owner, topic="Typed").status_code == 201
+    response = change(admin_client, "topic", topic.pk, queue_nums=2)  # left out: unchanged
+    assert response.status_code == 302, form_errors(response)
+    assert Topic.objects.get(pk=topic.pk).message_type == "NORMAL"
+    assert "message_type" in form_errors(
+        add(admin_client, "topic", name="Bad", queue_nums=1, message_type="LITE")
+    )
+    assert "NORMAL" in admin_client.get("/admin/broker/topic/").content.decode()
+
+
 def test_the_admin_never_removes_queues(admin_client):
     topic = topic_create(name="Shrinking", queue_nums=4)
 

@@ -19,7 +19,7 @@ def test_the_owner_creates_a_topic(owner):
 
     assert response.status_code == 201
     body = response.json()
-    assert set(body) == {"name", "queue_nums", "created_timestamp"}
+    assert set(body) == {"name", "queue_nums", "message_type", "created_timestamp"}
     assert body["name"] == "TranTest"
     assert body["queue_nums"] == 4
     assert isinstance(body["created_timestamp"], int)
@@ -96,7 +96,7 @@ def test_the_owner_lists_user_topics_but_not_system_ones(owner, topic, producer_
 
     assert response.status_code == 200
     assert [t["name"] for t in response.json()] == ["Another", "TranTest"]
-    assert set(response.json()[0]) == {"name", "queue_nums", "created_timestamp"}
+    assert set(response.json()[0]) == {"name", "queue_nums", "message_type", "created_timestamp"}
 
 
 def test_a_new_topic_shows_every_queue_empty(owner, topic):
@@ -104,7 +104,7 @@ def test_a_new_topic_shows_every_queue_empty(owner, topic):
 
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"name", "queue_nums", "created_timestamp", "queues"}
+    assert set(body) == {"name", "queue_nums", "message_type", "created_timestamp", "queues"}
     assert body["queues"] == [{"queue_id": q, "min_offset": 0, "max_offset": 0} for q in range(4)]
 
 

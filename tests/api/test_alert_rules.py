@@ -72,6 +72,8 @@ def test_each_kind_takes_its_own_defaults(owner, producer_group, consumer_group)
         "group_unreachable": (300, 3600),
         "discard_rate": (10, 3600),
         "dlq_growing": (0, 900),
+        "fifo_blocked": (300, 3600),
+        "scheduled_overdue": (60, 3600),
     }
     for kind, (threshold, window_s) in expected.items():
         body = post(owner, RULES, {"name": kind.replace("_", "-"), "kind": kind}).json()
@@ -190,5 +192,6 @@ def test_the_schema_documents_the_rules_endpoints(document):
         "group_unreachable",
         "discard_rate",
         "dlq_growing",
+        "fifo_blocked",
         "scheduled_overdue",
     ]

@@ -3,9 +3,12 @@ names only, read from a broker driven through the API."""
 
 from __future__ import annotations
 
-from broker.models import Delivery, Transaction
+from broker.models import Delivery, DeliveryEvent, Transaction
+from broker.services.topology.writes import consumer_group_create
 from tests.api.test_ops import samples
 from tests.api_helpers import end, post, receive, send_half, send_message
+from tests.fifo_state import block_heads, fifo_group, nack, send_group
+from tests.fifo_state import receive as fifo_receive
 from tests.support import answer_state, check_server_running, due_at, round_for
 
 G = (("producer_group", "G"),)
@@ -81,3 +84,27 @@ def test_alerting_labels_are_names_never_ids(anonymous, owner, producer, topic):
                 "kind",
             }, name
             assert transaction_id not in {v for _, v in labels}
+
+
+def test_fifo_blocked_message_groups_per_fifo_consumer_group(anonymous, db):
+    fifo_group("F")
+    fifo_group("Idle", topic="Other")
+    consumer_group_create(name="Plain")
+    send_group("order-1", 1)
+    send_group("order-2", 1)
+    send_group("order-1", 1)  # behind order-1's head
+    got = block_heads("F", n=2)  # order-1 and order-2's heads, both at attempt 2
+    nack("Plain", fifo_receive("Plain", n=3))  # failed too, but Plain is not FIFO
+    DeliveryEvent.objects.filter(
+        msg_id=got[1].message.msg_id, kind="delivered", delivery_attempt=1
+    ).update(timestamp=1_700_000_000_000)
+
+    found = samples(anonymous)
+    f, idle = (("consumer_group", "F"),), (("consumer_group", "Idle"),)
+    assert found[("halfmoon_fifo_blocked_message_groups", f)] == 2
+    assert found[("halfmoon_fifo_blocked_message_groups", idle)] == 0  # FIFO, none blocked
+    assert found[("halfmoon_fifo_blocked_oldest_timestamp_seconds", f)] == 1_700_000_000
+    assert ("halfmoon_fifo_blocked_oldest_timestamp_seconds", idle) not in found
+    # A group that is not FIFO has no such series, whatever it holds.
+    plain = (("consumer_group", "Plain"),)
+    assert ("halfmoon_fifo_blocked_message_groups", plain) not in found

@@ -124,8 +124,9 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     # paths, the message search, a message's deliveries, the incident export, the eleven
     # consumer-group operations' paths, the broker settings, a consumer group's subscriptions
     # and the four scheduled-messages paths (list, detail, the producer's recall, the
-    # operator's recall) (docs/api.md)
-    assert len(api_v1_paths()) == 65
+    # operator's recall), a FIFO group's blocked message groups and the dead-letter of a
+    # blocked head (docs/api.md)
+    assert len(api_v1_paths()) == 67
     methods = {path: set(ops) - {"parameters"} for path, ops in schema["paths"].items()}
     assert methods["/api/v1/topics"] == {"get", "post"}
     assert methods["/api/v1/producer-groups/{name}"] == {"get", "patch"}
@@ -139,6 +140,9 @@ def test_the_schema_lists_every_api_v1_path_with_its_methods(schema):
     assert methods["/api/v1/transactions/{transaction_id}/resume-check"] == {"post"}
     assert methods["/api/v1/consumer-groups/{group}/receive"] == {"post"}
     assert methods["/api/v1/consumer-groups/{name}/subscriptions"] == {"get"}
+    assert methods["/api/v1/consumer-groups/{group}/blocked-message-groups"] == {"get"}
+    blocked_head = "/api/v1/consumer-groups/{group}/blocked-message-groups/dead-letter-head"
+    assert methods[blocked_head] == {"post"}
     assert methods["/api/v1/alert-rules"] == {"get", "post"}
     assert methods["/api/v1/alert-rules/{name}"] == {"get", "patch", "delete"}
 

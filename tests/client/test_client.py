@@ -481,3 +481,16 @@ def test_listener_answers_are_coerced_like_rocketmq():
     assert LocalTransactionState.coerce(None) is UNKNOW
     assert LocalTransactionState.coerce(True) is UNKNOW
     assert [s.action for s in (COMMIT, ROLLBACK, UNKNOW)] == ["commit", "rollback", "unknown"]
+
+
+def test_the_admin_client_creates_a_topic_with_a_message_type(broker):
+    admin = broker["admin"]
+
+    assert admin.create_topic("Plain", queue_nums=1)["message_type"] == "MIXED"
+    made = admin.create_topic("Halves", queue_nums=2, message_type="TRANSACTION")
+
+    assert (made["name"], made["queue_nums"], made["message_type"]) == ("Halves", 2, "TRANSACTION")
+    assert admin.get_topic("Halves")["message_type"] == "TRANSACTION"
+    with pytest.raises(HalfmoonError) as info:
+        admin.create_topic("Bad", message_type="LITE")
+    assert (info.value.status_code, info.value.code) == (400, "invalid_input")

@@ -113,8 +113,9 @@ def test_route_names_every_queue_of_the_topic_on_the_servers_endpoint(stub, topi
     assert queue.broker.name == "halfmoon"
     assert queue.broker.id == 0
     assert queue.permission == pb.Permission.READ_WRITE
-    assert list(queue.accept_message_types) == [
+    assert list(queue.accept_message_types) == [  # a MIXED topic (created without a type)
         pb.MessageType.NORMAL,
+        pb.MessageType.FIFO,
         pb.MessageType.DELAY,
         pb.MessageType.TRANSACTION,
     ]

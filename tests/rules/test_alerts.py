@@ -20,6 +20,7 @@ from broker.rules.alerts import (
     alert_step,
     discard_rate_finding,
     dlq_growing_finding,
+    fifo_blocked_finding,
     near_check_max_finding,
     oldest_pending_finding,
     rate_per_hour,
@@ -70,6 +71,7 @@ def test_a_dead_letter_alert_is_about_a_consumer_group_the_others_a_producer_gro
         AlertKind.GROUP_UNREACHABLE: "producer_group",
         AlertKind.DISCARD_RATE: "producer_group",
         AlertKind.DLQ_GROWING: "consumer_group",
+        AlertKind.FIFO_BLOCKED: "consumer_group",
         AlertKind.SCHEDULED_OVERDUE: "topic",
     }
 
@@ -201,6 +203,34 @@ def test_dlq_growing_fires_above_the_threshold():
     assert dlq_growing_finding("C", dead_letters=2, window_s=60, threshold=2) is None
     found = dlq_growing_finding("C", dead_letters=3, window_s=60, threshold=2)
     assert found is not None and "%DLQ%C" in found.summary
+
+
+def test_fifo_blocked_says_how_many_and_the_oldest_for_how_long():
+    found = fifo_blocked_finding(
+        "F", blocked=2, oldest_since=1_000, message_group="order-7", threshold_s=300, now=601_000
+    )
+    assert found == Finding(
+        "F",
+        600.0,
+        "2 message groups of FIFO consumer group F blocked; the oldest, order-7, for 10 min "
+        "(over 5 min)",
+    )
+
+
+def test_fifo_blocked_fires_only_past_the_threshold_and_a_known_start():
+    def at(now: int, since: int | None = 0) -> Finding | None:
+        return fifo_blocked_finding(
+            "F", blocked=1, oldest_since=since, message_group="g", threshold_s=60, now=now
+        )
+
+    assert at(60_000) is None  # exactly the threshold: not past it
+    assert at(60_001) is not None and at(60_001).value == 60.001
+    assert at(60_001, since=None) is None  # the journal no longer says since when
+    assert at(0, since=5_000) is None  # a clock behind the start: age 0
+    zero = fifo_blocked_finding(
+        "F", blocked=1, oldest_since=10, message_group="g", threshold_s=0, now=9
+    )
+    assert zero is None
 
 
 def step(**kwargs) -> Step:

@@ -20,10 +20,12 @@ from broker.rules.alerts import THRESHOLD_MAX, WINDOW_S_MAX, WINDOW_S_MIN, Alert
 from broker.services.alerts.rules import DESCRIPTION_MAX_LENGTH, REPEAT_INTERVAL_S_MAX
 
 _HELP = {
-    "group": "The producer group watched (the consumer group for dlq_growing); empty: every group.",
+    "group": "The producer group watched (the consumer group for dlq_growing and fifo_blocked); "
+    "empty: every group.",
     "threshold": "Fires past this, in the kind's unit: oldest_pending and group_unreachable "
     "seconds, near_check_max checks left before the check max, discard_rate discards per hour, "
-    "dlq_growing messages dead-lettered in the window. Default: the kind's (600, 2, 300, 10, 0).",
+    "dlq_growing messages dead-lettered in the window, fifo_blocked seconds a message group has "
+    "been blocked. Default: the kind's (600, 2, 300, 10, 0, 300).",
     "window_s": "discard_rate and dlq_growing: the window measured (seconds; default 3600 and "
     "900). Ignored by the other kinds.",
     "repeat_interval_s": "Reminder interval while an alert fires (seconds); null: "

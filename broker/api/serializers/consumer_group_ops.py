@@ -83,8 +83,8 @@ class ConsumerGroupOperationOutSerializer(serializers.Serializer):
 
     id = serializers.IntegerField(source="pk")
     action = serializers.CharField(
-        help_text="reset-offset, skip-backlog, resend-message, resend-dead-letter or "
-        "resend-dead-letters"
+        help_text="reset-offset, skip-backlog, resend-message, resend-dead-letter, "
+        "resend-dead-letters or dead-letter-head"
     )
     state = serializers.CharField(help_text="previewed, queued, running or done")
     consumer_group = serializers.SerializerMethodField()

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rest_framework import serializers
 
-from broker.api.serializers.fields import NameField, StrictIntegerField, StrictURLField
+from broker.api.serializers.fields import (
+    NameField,
+    StrictChoiceField,
+    StrictIntegerField,
+    StrictURLField,
+)
 from broker.models import (
     ConsumerGroup,
     ProducerGroup,
     Topic,
 )
+from broker.rules.message_types import TopicMessageType
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, system_topic_pattern
 from broker.services.topology.writes import RESERVED_GROUP_PREFIXES
 
@@ -29,6 +35,12 @@ class NewNameInSerializer(serializers.Serializer):
 class TopicInSerializer(NewNameInSerializer):
     reserved_name_pattern = system_topic_pattern()  # broker.rules.topics.is_system_topic
     queue_nums = StrictIntegerField(min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, default=4)
+    message_type = StrictChoiceField(
+        choices=TopicMessageType.choices,
+        default=TopicMessageType.MIXED,
+        help_text="The type of message the topic accepts (RocketMQ's message.type); MIXED, "
+        "the default, accepts every type.",
+    )
 
 
 RESERVED_GROUP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in RESERVED_GROUP_PREFIXES) + ")"
@@ -49,8 +61,24 @@ class ProducerGroupPatchSerializer(WholeBodyPatchSerializer):
     check_url = StrictURLField(max_length=2048, allow_null=True)
 
 
-class TopicPatchSerializer(WholeBodyPatchSerializer):
-    queue_nums = StrictIntegerField(min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX)
+class TopicPatchSerializer(serializers.Serializer):
+    """A topic's change: ``queue_nums`` and/or ``message_type``, at least one of them."""
+
+    queue_nums = StrictIntegerField(
+        min_value=QUEUE_NUMS_MIN, max_value=QUEUE_NUMS_MAX, required=False
+    )
+    message_type = StrictChoiceField(
+        choices=TopicMessageType.choices,
+        required=False,
+        help_text="The type of message the topic accepts from now on (RocketMQ's "
+        "message.type); stored messages are not changed.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """At least one field (an empty change is a client's mistake)."""
+        if not attrs:
+            raise serializers.ValidationError("Give queue_nums, message_type or both.")
+        return attrs
 
 
 class ConsumerGroupPatchSerializer(WholeBodyPatchSerializer):
@@ -65,7 +93,7 @@ class ConsumerGroupInSerializer(NewNameInSerializer):
 class TopicOutSerializer(serializers.ModelSerializer):
     class Meta:
         model = Topic
-        fields = ["name", "queue_nums", "created_timestamp"]
+        fields = ["name", "queue_nums", "message_type", "created_timestamp"]
 
 
 class QueueOffsetsSerializer(serializers.Serializer):

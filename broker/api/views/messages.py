@@ -72,7 +72,9 @@ class MessageListCreateView(APIView):
         "400 `illegal_delivery_time` more than HALFMOON_TIMER_MAX_DELAY_SEC ahead (a setting "
         "and the clock: no schema states it), `illegal_delay_level`. With `msg_id`, the same "
         "msg_id again by the same producer group to the same topic stores nothing new and "
-        "answers the stored message.",
+        "answers the stored message. 400 `message_type_mismatch` when the topic's "
+        "`message_type` does not accept the message (NORMAL without a time, DELAY with one, "
+        "due or not; MIXED accepts both): the topic's state, no schema states it.",
     )
     def post(self, request: Request) -> Response:
         require_any_producer(request)

@@ -70,15 +70,20 @@ class TopicDetailView(APIView):
     @extend_schema(
         request=TopicPatchSerializer,
         responses={200: TopicDetailOutSerializer, **error_responses(404, 413)},
-        summary="Give a topic more queues (addition to api-v1)",
+        summary="Give a topic more queues or another message type (addition to api-v1)",
         description="`queue_nums`: at least its current number (400 `invalid_queue_nums` "
-        "below), at most 1024; the new consume queues are created. The broker's own topics "
-        "are not changed (404 `topic_not_found`). Other processes send to the new queues once "
-        "their cached topic expires (`HALFMOON_LOOKUP_CACHE_MS`).",
+        "below), at most 1024; the new consume queues are created. `message_type`: the type "
+        "the topic accepts from now on (NORMAL, FIFO, DELAY, TRANSACTION or MIXED), also when "
+        "it holds messages; stored and waiting messages are delivered as they are. At least "
+        "one of the two. The broker's own topics are not changed (404 `topic_not_found`). "
+        "Other processes see the change once their cached topic expires "
+        "(`HALFMOON_LOOKUP_CACHE_MS`).",
     )
     def patch(self, request: Request, name: str) -> Response:
         data = validated(TopicPatchSerializer, request.data)
-        topic = topic_update(name=name, queue_nums=data["queue_nums"])
+        topic = topic_update(
+            name=name, queue_nums=data.get("queue_nums"), message_type=data.get("message_type")
+        )
         topic.queues = topic_queue_offsets(topic)
         return Response(TopicDetailOutSerializer(topic).data)
 

@@ -87,6 +87,8 @@ class TransactionListCreateView(APIView):
             **error_responses(404, 409, 413),
         },
         summary="Send a half message",
+        description="400 `message_type_mismatch` when the topic's `message_type` is neither "
+        "TRANSACTION nor MIXED (the topic's state: no schema states it).",
     )
     def post(self, request: Request) -> Response:
         data = validated(TransactionPrepareInSerializer, request.data)

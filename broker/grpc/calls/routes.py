@@ -14,12 +14,27 @@ from broker.grpc.calls.base import CallsBase, answered, consumer_check, route_to
 from broker.grpc.convert import OK, client_kind, error_status
 from broker.lookups import consumer_group_by_name
 from broker.models import Topic
+from broker.rules.message_types import TopicMessageType
+from broker.rules.message_types import accepted_types as rule_accepted_types
 from broker.services.access.callers import Caller
 from broker.services.topology import clients
 
-ACCEPTED_TYPES = (pb.MessageType.NORMAL, pb.MessageType.DELAY, pb.MessageType.TRANSACTION)
-"""The message types every topic accepts (the clients check them before sending; FIFO, PRIORITY
-and LITE messages are not served, so a client refuses them itself)."""
+_PROTO_TYPES = {
+    TopicMessageType.NORMAL: pb.MessageType.NORMAL,
+    TopicMessageType.FIFO: pb.MessageType.FIFO,
+    TopicMessageType.DELAY: pb.MessageType.DELAY,
+    TopicMessageType.TRANSACTION: pb.MessageType.TRANSACTION,
+}
+
+
+def accepted_types(topic: Topic) -> list[int]:
+    """The ``MessageType`` values a queue of ``topic`` accepts (its ``accept_message_types``):
+    the topic's ``message_type``, or NORMAL, FIFO, DELAY and TRANSACTION for MIXED
+    (``broker.rules.message_types.accepted_types``; RocketMQ proxy
+    ``RouteActivity.parseTopicMessageType``). The official clients check them before sending
+    (``publishing.validate_message_type``), so a client refuses a type the topic does not take
+    without a SendMessage."""
+    return [_PROTO_TYPES[t] for t in rule_accepted_types(topic.message_type)]
 
 
 class RouteCalls(CallsBase):
@@ -30,13 +45,14 @@ class RouteCalls(CallsBase):
     ) -> list[pb.MessageQueue]:
         """One ``MessageQueue`` per queue of ``topic`` (ids from 0), on this server's endpoint."""
         broker = pb.Broker(name=BROKER_NAME, id=0, endpoints=self.endpoints)
+        types = accepted_types(topic)
         return [
             pb.MessageQueue(
                 topic=pb.Resource(name=topic.name),
                 id=queue_id,
                 permission=permission,
                 broker=broker,
-                accept_message_types=ACCEPTED_TYPES,
+                accept_message_types=types,
             )
             for queue_id in range(topic.queue_nums)
         ]

@@ -22,12 +22,14 @@ from broker.rules.alerts import (
     alert_step,
     discard_rate_finding,
     dlq_growing_finding,
+    fifo_blocked_finding,
     near_check_max_finding,
     oldest_pending_finding,
     scheduled_overdue_finding,
     unreachable_finding,
 )
 from broker.rules.clock import now_ms
+from broker.selectors.blocked_message_groups import FifoBlockedCount, blocked_message_group_counts
 from broker.selectors.overview import (
     OldestPending,
     discards_by_group,
@@ -55,6 +57,11 @@ class Figures:
     def oldest(self) -> dict[str, OldestPending]:
         """The oldest PREPARED transaction of each producer group with any pending."""
         return {row.producer_group: row for row in oldest_pending_per_group(self.now)}
+
+    @cached_property
+    def fifo_blocked(self) -> dict[str, FifoBlockedCount]:
+        """The blocked message groups of each FIFO consumer group with any."""
+        return blocked_message_group_counts(now=self.now)
 
     @cached_property
     def check_times(self) -> dict[str, dict[int, int]]:
@@ -129,6 +136,18 @@ def rule_findings(rule: AlertRule, figures: Figures, *, check_max: int) -> dict[
         found = [
             dlq_growing_finding(group, dead_letters=n, window_s=rule.window_s, threshold=threshold)
             for group, n in figures.dead_letters(rule.window_s).items()
+        ]
+    elif kind == AlertKind.FIFO_BLOCKED:
+        found = [
+            fifo_blocked_finding(
+                group,
+                blocked=row.blocked,
+                oldest_since=row.oldest_since,
+                message_group=row.message_group,
+                threshold_s=threshold,
+                now=now,
+            )
+            for group, row in figures.fifo_blocked.items()
         ]
     elif kind == AlertKind.SCHEDULED_OVERDUE:
         found = _scheduled_overdue_findings(rule, figures)

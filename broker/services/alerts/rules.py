@@ -70,7 +70,8 @@ def _bounded(field: str, value: int, low: int, high: int) -> None:
 def alert_rule_values_validate(kind: AlertKind, values: dict[str, Any]) -> None:
     """Check the values of a rule of ``kind`` (the keys of ``CHANGEABLE`` present in
     ``values``): ``group`` "" or the name of an existing producer group (consumer group for
-    ``dlq_growing``, topic for ``scheduled_overdue``), ``threshold`` 0..``THRESHOLD_MAX``, ``window_s``
+    ``dlq_growing`` and ``fifo_blocked``, topic for ``scheduled_overdue``), ``threshold``
+    0..``THRESHOLD_MAX``, ``window_s``
     ``WINDOW_S_MIN``..``WINDOW_S_MAX`` seconds, ``severity`` an ``AlertSeverity``,
     ``repeat_interval_s`` None or 0..``REPEAT_INTERVAL_S_MAX`` seconds, ``description`` at most
     ``DESCRIPTION_MAX_LENGTH`` characters.

@@ -18,10 +18,11 @@ from broker.conf import conf
 from broker.constants import HALF_TOPIC, TIMER_TOPIC
 from broker.errors import HalfmoonError, InvalidInput
 from broker.models import ConsumeQueue, Message, ScheduledMessage, Transaction
+from broker.rules.clock import now_ms
 from broker.rules.states import RESOLVING_ACTIONS
 from broker.services.commitlog.messages import message_plan
 from broker.services.commitlog.storage import messages_store, new_msg_id
-from broker.services.timers.schedule import message_send_timed
+from broker.services.timers.schedule import delivery_timestamp_of, message_send_timed
 from broker.services.transactions.end import end_resolved_by, transaction_end
 from broker.services.transactions.half import (
     HalfPlan,
@@ -206,7 +207,16 @@ def message_send_batch(
         timed = item.get("deliver_at") is not None or item.get("delay_level") is not None
         untimed = {k: v for k, v in item.items() if k not in ("deliver_at", "delay_level")}
         try:
-            planned = message_plan(**untimed)
+            due = (
+                delivery_timestamp_of(
+                    deliver_at=item.get("deliver_at"),
+                    delay_level=item.get("delay_level"),
+                    now=now_ms(),
+                )
+                if timed
+                else None
+            )
+            planned = message_plan(**untimed, delivery_timestamp=due)
         except HalfmoonError as exc:
             outcomes[index] = exc
             continue

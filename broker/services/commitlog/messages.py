@@ -13,7 +13,7 @@ from broker.lookups import topic_by_name
 from broker.models import Message, Topic
 from broker.rules.topics import is_system_topic
 from broker.services.commitlog.storage import message_new, messages_store, new_msg_id
-from broker.services.commitlog.validation import message_validate
+from broker.services.commitlog.validation import message_type_check, message_validate
 
 
 def producer_topic_get(name: str) -> Topic:
@@ -61,14 +61,18 @@ def message_plan(
     properties: dict[str, Any] | None = None,
     producer_group: str = "",
     msg_id: str | None = None,
+    delivery_timestamp: int | None = None,
 ) -> Message:
     """Check a normal message and build it, unsaved, with its msg_id (UNIQ_KEY: ``msg_id``,
     else a new one) and its queue (``queue_select``): every rule of a send that needs no write
-    (``message_send``'s arguments and errors)."""
+    (``message_send``'s arguments and errors). ``delivery_timestamp`` (ms) marks a DELAY
+    message: only its type is read here (``message_type_check``), its time is
+    ``message_send_at``'s."""
     props = message_validate(body=body, properties=properties)
     if msg_id is not None:
         msg_id_validate(msg_id)
     topic_obj = producer_topic_get(topic)
+    message_type_check(topic_obj, delivery_timestamp=delivery_timestamp)
     msg_id = msg_id or new_msg_id()
     props[PROPERTY_UNIQ_KEY] = msg_id
     if producer_group:
@@ -91,7 +95,8 @@ def message_send(**send: Any) -> Message:
 
     Args:
         send: ``message_plan``'s keyword arguments (``topic``, ``body``, ``body_is_text``,
-            ``tags``, ``keys``, ``properties``, ``producer_group``, ``msg_id``).
+            ``tags``, ``keys``, ``properties``, ``producer_group``, ``msg_id``,
+            ``delivery_timestamp`` for a DELAY message due now).
 
     With ``msg_id`` (a RocketMQ 5 client makes its message ids and resends a failed send with
     the same one), the send is idempotent: a message with that msg_id already stored on the
@@ -102,7 +107,8 @@ def message_send(**send: Any) -> Message:
 
     Raises:
         Forbidden, NotFound: see ``producer_topic_get``. TooLarge, InvalidInput: see
-        ``message_validate``; ``invalid_msg_id`` (``msg_id_validate``).
+        ``message_validate``; ``invalid_msg_id`` (``msg_id_validate``);
+        ``message_type_mismatch`` (``message_type_check``: the topic does not accept it).
     """
     message = message_plan(**send)
     if send.get("msg_id") is None:

@@ -8,6 +8,15 @@ from typing import Any
 from broker.conf import conf
 from broker.constants import RESERVED_PROPERTIES
 from broker.errors import InvalidInput, TooLarge
+from broker.models import Topic
+from broker.rules.message_types import (
+    MessageTypeConflict,
+    TopicMessageType,
+    accepted_types,
+    message_type_of,
+    mismatch_message,
+    topic_accepts,
+)
 
 
 def message_validate(*, body: bytes, properties: dict[str, Any] | None) -> dict[str, str]:
@@ -69,3 +78,45 @@ def action_validate(action: str, allowed: Sequence[str]) -> None:
             code="invalid_action",
             details={"action": action},
         )
+
+
+def message_type_check(
+    topic: Topic,
+    *,
+    transactional: bool = False,
+    delivery_timestamp: int | None = None,
+    message_group: str = "",
+) -> TopicMessageType:
+    """The type of a message sent to ``topic`` (``broker.rules.message_types.message_type_of``
+    of its fields: a half message, a delivery time in ms, a message group), checked against
+    the topic's ``message_type``: the one check every send path runs (normal, delay and half
+    messages, over HTTP and gRPC), before anything is stored (RocketMQ's proxy
+    ``TopicMessageTypeValidator``).
+
+    Raises:
+        InvalidInput: ``message_type_conflict`` (two types at once);
+            ``message_type_mismatch`` (the topic does not accept the type), ``details``:
+            ``topic``, ``topic_message_type``, ``message_type``, ``accepted_message_types``.
+    """
+    try:
+        message_type = message_type_of(
+            transactional=transactional,
+            delivery_timestamp=delivery_timestamp,
+            message_group=message_group,
+        )
+    except MessageTypeConflict as exc:
+        raise InvalidInput(str(exc), code=exc.code) from None
+    if not topic_accepts(topic.message_type, message_type):
+        raise InvalidInput(
+            mismatch_message(
+                topic=topic.name, topic_type=topic.message_type, message_type=message_type
+            ),
+            code="message_type_mismatch",
+            details={
+                "topic": topic.name,
+                "topic_message_type": topic.message_type,
+                "message_type": str(message_type),
+                "accepted_message_types": [str(t) for t in accepted_types(topic.message_type)],
+            },
+        )
+    return message_type

@@ -56,6 +56,10 @@ def message_send_at(*, delivery_timestamp: int, **send: Any) -> Message | Schedu
     Args:
         send: ``message_plan``'s keyword arguments.
 
+    Its type is DELAY whether due or not: a topic whose ``message_type`` is not DELAY or MIXED
+    refuses it (``message_type_mismatch``), as RocketMQ's proxy does before the broker reads
+    the time.
+
     Raises:
         InvalidInput: ``illegal_delivery_time``, due more than ``HALFMOON_TIMER_MAX_DELAY_SEC``
             ahead (RocketMQ ``timerMaxDelaySec``); and ``message_send``'s errors.
@@ -74,6 +78,7 @@ def message_send_at(*, delivery_timestamp: int, **send: Any) -> Message | Schedu
                 "max_delay_seconds": conf.timer_max_delay_sec,
             },
         ) from None
+    send = {**send, "delivery_timestamp": delivery_timestamp}  # a DELAY message, due or not
     if not scheduled and send.get("msg_id") is None:
         return message_send(**send)
     message = message_plan(**send)

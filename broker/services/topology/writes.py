@@ -21,6 +21,7 @@ from broker.constants import NAME_PATTERN
 from broker.errors import ExistsKind, InvalidInput, NotFound, already_exists, not_found
 from broker.lookups import consumer_group_forget
 from broker.models import AccessKey, ConsumeQueue, ConsumerGroup, ProducerGroup, Topic
+from broker.rules.message_types import TopicMessageType
 from broker.rules.topics import QUEUE_NUMS_MAX, QUEUE_NUMS_MIN, is_system_topic, queue_nums_valid
 from broker.services.checks.targets import check_url_refusal
 
@@ -166,41 +167,78 @@ def created_once(kind: ExistsKind, name: str) -> Iterator[None]:
         raise already_exists(kind, name) from exc
 
 
-def topic_create(*, name: str, queue_nums: int) -> Topic:
-    """Create a topic with ``queue_nums`` queues (1-1024) and their consume queues.
+def topic_message_type_validate(message_type: str) -> None:
+    """Check a topic's ``message_type``: NORMAL, FIFO, DELAY, TRANSACTION or MIXED
+    (``broker.rules.message_types.TopicMessageType``).
 
     Raises:
-        InvalidInput: bad name, a system topic name, or queue_nums out of range.
+        InvalidInput: ``invalid_message_type``.
+    """
+    if message_type not in TopicMessageType.values:
+        raise InvalidInput(
+            f"message_type must be one of {', '.join(TopicMessageType.values)}.",
+            code="invalid_message_type",
+            details={"message_type": message_type},
+        )
+
+
+def topic_create(
+    *, name: str, queue_nums: int, message_type: str = TopicMessageType.MIXED
+) -> Topic:
+    """Create a topic with ``queue_nums`` queues (1-1024) and their consume queues, accepting
+    ``message_type`` messages (RocketMQ's ``message.type``; MIXED, every type, when not
+    given: api-v1 topics predate types and take every message).
+
+    Raises:
+        InvalidInput: bad name, a system topic name, queue_nums out of range, an unknown
+            message_type.
         Conflict: ``topic_exists``.
     """
     topic_name_validate(name)
     queue_nums_validate(queue_nums)
+    topic_message_type_validate(message_type)
     with created_once("topic", name):
-        topic = Topic.objects.create(name=name, queue_nums=queue_nums)
+        topic = Topic.objects.create(name=name, queue_nums=queue_nums, message_type=message_type)
         _consume_queues_ensure(name, queue_nums)
     return topic
 
 
-def topic_update(*, name: str, queue_nums: int) -> Topic:
-    """Give the user topic ``name`` more queues: ``queue_nums`` (at least its current number,
-    at most 1024), creating the new consume queues. The same number is a no-op.
+def topic_update(
+    *, name: str, queue_nums: int | None = None, message_type: str | None = None
+) -> Topic:
+    """Change the user topic ``name``: more queues (``queue_nums``: at least its current
+    number, at most 1024, creating the new consume queues) and/or another ``message_type``;
+    None (or the same value) leaves either as it is.
 
-    Other processes see the new queues once their cached topic expires
-    (``HALFMOON_LOOKUP_CACHE_MS``); until then they send to the old ones, which stay valid.
+    Other processes see the change once their cached topic expires
+    (``HALFMOON_LOOKUP_CACHE_MS``); until then they send to the old queues, which stay valid,
+    and check the old type. A new type applies to the messages sent from then on: the stored
+    ones, and the half and delay messages waiting, are delivered as they are (RocketMQ's
+    ``updateTopic`` changes ``message.type`` the same way).
 
     Raises:
         NotFound: ``topic_not_found`` (system topics included: the broker owns them).
-        InvalidInput: ``invalid_queue_nums``.
+        InvalidInput: ``invalid_queue_nums``, ``invalid_message_type``.
     """
+    if message_type is not None:
+        topic_message_type_validate(message_type)
     with transaction.atomic():
         topic = Topic.objects.select_for_update().filter(name=name, system=False).first()
         if topic is None:
             raise not_found("topic", name)
-        queue_nums_validate(queue_nums, current=topic.queue_nums)
-        if queue_nums != topic.queue_nums:
-            topic.queue_nums = queue_nums
-            topic.save(update_fields=["queue_nums"])  # post_save forgets the cached topic
-            _consume_queues_ensure(name, queue_nums)
+        changed = []
+        if queue_nums is not None:
+            queue_nums_validate(queue_nums, current=topic.queue_nums)
+            if queue_nums != topic.queue_nums:
+                topic.queue_nums = queue_nums
+                changed.append("queue_nums")
+        if message_type is not None and message_type != topic.message_type:
+            topic.message_type = message_type
+            changed.append("message_type")
+        if changed:
+            topic.save(update_fields=changed)  # post_save forgets the cached topic
+        if "queue_nums" in changed:
+            _consume_queues_ensure(name, topic.queue_nums)
     return topic
 
 

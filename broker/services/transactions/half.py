@@ -38,7 +38,7 @@ from broker.rules.checks import (
 from broker.services.commitlog.messages import producer_topic_get, queue_select
 from broker.services.commitlog.statements import messages_append_cte
 from broker.services.commitlog.storage import message_new, message_put, new_msg_id
-from broker.services.commitlog.validation import message_validate
+from broker.services.commitlog.validation import message_type_check, message_validate
 from broker.services.transactions.events import transactions_announce
 
 
@@ -81,7 +81,8 @@ def transaction_plan(
     Raises:
         NotFound: ``producer_group_not_found``, ``topic_not_found``.
         Forbidden: ``system_topic``.
-        InvalidInput, TooLarge: bad immunity, body or properties.
+        InvalidInput, TooLarge: bad immunity, body or properties; ``message_type_mismatch``
+            when the topic does not accept TRANSACTION messages (``message_type_check``).
     """
     props = message_validate(body=body, properties=properties)
     if check_immunity_seconds is not None and not check_immunity_valid(check_immunity_seconds):
@@ -96,6 +97,7 @@ def transaction_plan(
     )
     producer_group_require(producer_group)
     topic_obj = producer_topic_get(topic)
+    message_type_check(topic_obj, transactional=True)
     transaction_id = msg_id or new_msg_id()
     real_queue_id = queue_select(transaction_id, topic_obj.queue_nums)
     props.update(

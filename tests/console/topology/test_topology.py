@@ -135,6 +135,28 @@ def test_admin_adds_queues_but_never_removes_them(admin, topology):
     assert Topic.objects.get(name="T").queue_nums == 4
 
 
+def test_admin_sets_a_topics_message_type_and_the_list_shows_it(admin, topology):
+    answer = admin.post(
+        reverse("console:topic_create"),
+        {"name": "Delays", "queue_nums": 1, "message_type": "DELAY"},
+    )
+    assert answer.status_code == 302
+    assert Topic.objects.get(name="Delays").message_type == "DELAY"
+    assert Topic.objects.get(name="T").message_type == "MIXED"  # made without a type
+    listed = admin.get(reverse("console:topics")).content.decode()
+    assert "<td>DELAY</td>" in listed and "<td>MIXED</td>" in listed
+
+    url = reverse("console:topic_edit", args=["Delays"])
+    assert '<option value="DELAY" selected>' in admin.get(url).content.decode()
+    assert admin.post(url, {"queue_nums": 1, "message_type": "TRANSACTION"}).status_code == 302
+    assert Topic.objects.get(name="Delays").message_type == "TRANSACTION"
+    assert admin.post(url, {"queue_nums": 2}).status_code == 302  # left out: unchanged
+    assert Topic.objects.get(name="Delays").message_type == "TRANSACTION"
+    refused = admin.post(url, {"queue_nums": 2, "message_type": "LITE"})
+    assert refused.status_code == 400
+    assert "Select a valid choice" in refused.content.decode()
+
+
 def test_system_and_unknown_topics_are_not_editable(admin, topology):
     prepare(producer_group="P", topic="T")  # makes the half topic
     assert Topic.objects.filter(system=True).exists()
