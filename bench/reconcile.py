@@ -214,7 +214,8 @@ def _sources(n: int) -> dict[str, list[str]]:
             f"i % {HALF_QUEUES} AS queue_id, i // {HALF_QUEUES} AS queue_offset, tid(i) AS msg_id, "
             "pg(i) AS producer_group, 4 AS sys_flag, half_ts(i) AS born_timestamp, "
             "half_ts(i) AS store_timestamp, topic_of(i) AS real_topic, qid_of(i) AS real_queue_id, "
-            "'' AS tags, '' AS keys, "
+            "'' AS tags, '' AS keys, '' AS message_group, NULL::BIGINT AS delivery_timestamp, "
+            "NULL::VARCHAR AS timer_del_uniq_key, "
             f"256 AS body_size, {half_props} AS properties {rng}",
             # Delivered messages (and the second one of a duplicate delivery).
             f"SELECT {delivered_cols} {rng} WHERE delivered(i)",

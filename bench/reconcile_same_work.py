@@ -28,9 +28,10 @@ from broker.constants import (
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_ROLLBACK_TYPE,
     SYSTEM_TOPIC_PREFIX,
+    TIMER_TOPIC,
 )
-from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS, table_path
-from broker.rules.anomalies import ReconcileParams
+from broker.pipeline.schema import ADDED_COLUMNS, ARCHIVE_TABLES, TIME_COLUMNS, table_path
+from broker.rules.anomalies import AnomalyKind, ReconcileParams, scheduled_grace_ms
 
 # Written out here, not imported from the job, so a wrong constant there shows as a
 # difference: the journal kinds read, and who sends an end that can arrive late.
@@ -71,12 +72,43 @@ def _source(archive_uri: str, table: str, lo: int, hi: int) -> str:
         nulls = ", ".join(f"NULL::{_DUCK_TYPES[kind]} AS {name}" for name, kind in columns)
         return f"(SELECT {nulls} WHERE false)"
     column = TIME_COLUMNS[table]
-    names = ", ".join(name for name, _ in columns)
+    files = f"{root}/*/*/*/*.parquet"
+    missing = _missing_somewhere(files, ADDED_COLUMNS.get(table, ()))
+    # A file written before a column was added lacks it: read by name, null there (as Spark).
+    names = ", ".join(
+        f"NULL::{_DUCK_TYPES[kind]} AS {name}" if missing.get(name) == "everywhere" else name
+        for name, kind in columns
+    )
+    union = ", union_by_name = true" if missing else ""
     return (
-        f"(SELECT {names} FROM read_parquet('{root}/*/*/*/*.parquet', hive_partitioning = true) "
+        f"(SELECT {names} FROM read_parquet('{files}', hive_partitioning = true{union}) "
         f"WHERE segment >= {lo - 3_600_000} AND segment < {hi} "
         f"AND {column} >= {lo} AND {column} < {hi})"
     )
+
+
+def _missing_somewhere(files: str, added: tuple[str, ...]) -> dict[str, str]:
+    """Of the ``added`` columns, those some of the Parquet ``files`` (a glob) lack:
+    ``"everywhere"`` when every file does, else ``"somewhere"``."""
+    if not added:
+        return {}
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            f"SELECT name, count(DISTINCT file_name) FROM parquet_schema('{files}') GROUP BY name"
+        ).fetchall()
+        files_n = con.execute(f"SELECT count(*) FROM glob('{files}')").fetchone()[0]
+    finally:
+        con.close()
+    holding = dict(rows)
+    out = {}
+    for name in added:
+        n = holding.get(name, 0)
+        if n < files_n:
+            out[name] = "everywhere" if n == 0 else "somewhere"
+    return out
 
 
 def facts_sql(archive_uri: str, p: ReconcileParams) -> str:
@@ -239,6 +271,36 @@ def reach_sql(archive_uri: str, p: ReconcileParams) -> str:
     )
 
 
+def scheduled_sql(archive_uri: str, p: ReconcileParams) -> str:
+    """scheduled_undelivered (``ANOMALY_COLUMNS``): per delay or timer message stored on the
+    timer topic, due in the window and past its grace by as_of, with neither a copy on its
+    topic (same msg_id and due time) nor a recall's delete marker (``<topic>+<msg_id>``, same
+    due time) in the logs read."""
+    log = _source(archive_uri, "commit_log", p.since_ms - p.file_reserved_ms, p.as_of_ms)
+    grace = scheduled_grace_ms(p)
+    evidence = (
+        "{'commit_log_offset': s.commit_log_offset, 'queue_id': s.real_queue_id, "
+        "'scheduled_timestamp': s.store_timestamp, 'delivery_timestamp': s.delivery_timestamp, "
+        f"'grace_ms': {grace}::BIGINT, 'as_of': {p.as_of_ms}::BIGINT}}"
+    )
+    return f"""
+    WITH log AS (SELECT * FROM {log} WHERE delivery_timestamp IS NOT NULL)
+    SELECT '{AnomalyKind.SCHEDULED_UNDELIVERED.value}' AS kind, '' AS transaction_id,
+           s.msg_id, coalesce(s.producer_group, '') AS producer_group,
+           s.real_topic AS topic, to_json({evidence})::VARCHAR AS evidence
+    FROM log s
+    WHERE s.topic = '{TIMER_TOPIC}' AND s.timer_del_uniq_key IS NULL
+          AND s.real_topic IS NOT NULL
+          AND s.delivery_timestamp >= {p.since_ms} AND s.delivery_timestamp < {p.until_ms}
+          AND s.delivery_timestamp + {grace} <= {p.as_of_ms}
+          AND NOT EXISTS (SELECT 1 FROM log c WHERE c.topic <> '{TIMER_TOPIC}'
+                          AND c.topic = s.real_topic AND c.msg_id = s.msg_id
+                          AND c.delivery_timestamp = s.delivery_timestamp)
+          AND NOT EXISTS (SELECT 1 FROM log r WHERE r.topic = '{TIMER_TOPIC}'
+                          AND r.timer_del_uniq_key = s.real_topic || '+' || s.msg_id
+                          AND r.delivery_timestamp = s.delivery_timestamp)"""
+
+
 def same_work(
     archive_uri: str,
     output_uri: str,
@@ -266,6 +328,7 @@ def same_work(
             con.execute(f"SET memory_limit = '{memory_limit}'")
         parquet_copy(con, facts_sql(archive_uri, params), out / "facts")
         con.execute(f"CREATE TEMP TABLE reach AS {reach_sql(archive_uri, params)}")
+        con.execute(f"CREATE TEMP TABLE scheduled AS {scheduled_sql(archive_uri, params)}")
         return outputs_write(con, out, params)
     finally:
         con.close()

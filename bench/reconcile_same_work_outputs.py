@@ -287,12 +287,15 @@ def analytics_sql(p: ReconcileParams) -> str:
 
 def outputs_write(con, out: Path, p: ReconcileParams) -> dict[str, int]:
     """Write ``anomalies/``, ``buckets/`` and ``analytics/`` under ``out`` from ``out/facts``
-    and the table ``reach`` on ``con``. Returns the anomaly counts by kind (only kinds found)."""
+    and the tables ``reach`` and ``scheduled`` (its scheduled_undelivered rows) on ``con``. Returns the anomaly counts by kind (only kinds found)."""
     from reconcile_same_work import LATE_END_ACTORS, parquet_copy, sql_list
 
     con.execute(f"CREATE TEMP VIEW facts AS SELECT * FROM read_parquet('{out}/facts/*.parquet')")
     con.execute("CREATE TEMP VIEW judged AS SELECT * FROM facts WHERE judged")
-    con.execute(f"CREATE TEMP TABLE found AS {anomalies_sql(p, sql_list(LATE_END_ACTORS))}")
+    con.execute(
+        f"CREATE TEMP TABLE found AS {anomalies_sql(p, sql_list(LATE_END_ACTORS))} "
+        "UNION ALL SELECT * FROM scheduled"
+    )
     con.execute(f"CREATE TEMP TABLE buckets AS {buckets_sql(p)}")
     parquet_copy(con, "SELECT * FROM buckets", out / "buckets")
     parquet_copy(con, f"SELECT * FROM found UNION ALL {bucket_anomalies_sql()}", out / "anomalies")

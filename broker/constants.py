@@ -38,6 +38,9 @@ PROPERTY_DISCARD_REASON = "DISCARD_REASON"
 PROPERTY_HALF_QUEUE_OFFSET = "HALF_QUEUE_OFFSET"
 PROPERTY_DELIVERY_ATTEMPT = "DELIVERY_ATTEMPT"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# A recall's delete marker on the timer topic names the message it takes back (RocketMQ 5.3
+# RecallMessageProcessor: TimerMessageStore.buildDeleteKey, "<real topic>+<UNIQ_KEY>").
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 
 # Properties a producer may not set: the broker owns them.
@@ -56,6 +59,7 @@ RESERVED_PROPERTIES = frozenset(
         PROPERTY_HALF_QUEUE_OFFSET,
         PROPERTY_DELIVERY_ATTEMPT,
         PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DEL_UNIQKEY,
         PROPERTY_DELAY_TIME_LEVEL,
         "KEYS",
         "TAGS",

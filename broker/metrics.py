@@ -32,7 +32,7 @@ from broker.selectors.metrics import (
 )
 from broker.selectors.overview import oldest_pending_per_group, pending_check_times_by_group
 from broker.selectors.reachability import GroupReachability, producer_group_reachability
-from broker.selectors.scheduled_messages import scheduled_waiting
+from broker.selectors.scheduled_messages import scheduled_overdue_count, scheduled_waiting
 from broker.selectors.topology import consumer_group_rows
 from broker.services.metrics import metrics_fold
 
@@ -154,7 +154,8 @@ def alerting_families(
     - ``halfmoon_consumer_group_lag{consumer_group,topic}`` and
       ``halfmoon_consumer_group_dlq_messages{consumer_group}`` (the consumer groups page's
       figures).
-    - ``scheduled_families``: the delay and timer messages waiting, the earliest due time.
+    - ``scheduled_families``: the delay and timer messages waiting, the earliest due time, how
+      many are past it.
     - ``fifo_families``: the FIFO consumer groups' blocked message groups.
     """
     oldest = {row.producer_group: row for row in oldest_pending_per_group(now_ms())}
@@ -288,6 +289,20 @@ def scheduled_families() -> Iterator[GaugeMetricFamily]:
     if counts.next_due is not None:
         next_due.add_metric([], counts.next_due / 1000)
     yield next_due
+    yield scheduled_overdue_family(counts.next_due)
+
+
+def scheduled_overdue_family(next_due: int | None) -> GaugeMetricFamily:
+    """``halfmoon_scheduled_overdue_messages``: SCHEDULED messages whose due time has passed
+    (0 without reading when the earliest, ``next_due`` ms, is still ahead or none waits):
+    what the timer has yet to move; above 0 for long, it is down or behind."""
+    now = now_ms()
+    overdue = scheduled_overdue_count(now) if next_due is not None and next_due < now else 0
+    return GaugeMetricFamily(
+        "halfmoon_scheduled_overdue_messages",
+        "Delay and timer messages past their due time and not yet moved to their topic",
+        value=overdue,
+    )
 
 
 def _group_family(

@@ -141,6 +141,13 @@ class Message(models.Model):
                 name="message_group_order",
                 condition=~Q(message_group=""),
             ),
+            # The message search by FIFO message group: only FIFO messages are in it, so the
+            # other sends cost it nothing.
+            models.Index(
+                fields=["message_group", "store_timestamp"],
+                name="message_group_store_time",
+                condition=~Q(message_group=""),
+            ),
         ]
 
     def __str__(self) -> str:

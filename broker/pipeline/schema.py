@@ -38,6 +38,11 @@ ARCHIVE_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("op_offsets", "array<bigint>"),  # Op messages: the half queue offsets they name
         ("body_size", "int"),
         ("properties", "string"),  # JSON object
+        # Added with delay/timer messages and FIFO (issue 38); segments written before them
+        # read these as null (``broker.pipeline.archive_io.table_read``).
+        ("message_group", "string"),  # FIFO messages: the message group ("" for none)
+        ("delivery_timestamp", "bigint"),  # delay/timer messages and their copies: TIMER_DELIVER_MS
+        ("timer_del_uniq_key", "string"),  # recall markers: TIMER_DEL_UNIQKEY ("topic+msg_id")
     ),
     # The resolution journal (broker.models.Resolution): one row per commit or rollback.
     "resolutions": (
@@ -90,6 +95,12 @@ SORT_COLUMNS: dict[str, tuple[str, ...]] = {
     "resolutions": ("half_queue_id", "half_queue_offset", "transaction_id", "resolved_timestamp"),
     "transaction_events": ("id",),
     "delivery_events": ("id",),
+}
+
+# Columns added after the archive's first layout: a Parquet file written before them lacks them,
+# and every reader (the job, the baselines) reads them as null there.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "commit_log": ("message_group", "delivery_timestamp", "timer_del_uniq_key"),
 }
 
 PARTITION_COLUMNS = ("date", "hour", "segment")

@@ -27,6 +27,7 @@ class AlertKind(TextChoices):
     DISCARD_RATE = "discard_rate"
     DLQ_GROWING = "dlq_growing"
     FIFO_BLOCKED = "fifo_blocked"
+    SCHEDULED_OVERDUE = "scheduled_overdue"
 
 
 class AlertSeverity(TextChoices):
@@ -41,6 +42,7 @@ class Subject(TextChoices):
 
     PRODUCER_GROUP = "producer_group"
     CONSUMER_GROUP = "consumer_group"
+    TOPIC = "topic"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ KINDS: dict[AlertKind, KindSpec] = {
         False,
         0,
         "fifo-message-group-blocked",
+    ),
+    AlertKind.SCHEDULED_OVERDUE: KindSpec(
+        "Scheduled messages overdue",
+        Subject.TOPIC,
+        "seconds",
+        60,
+        False,
+        0,
+        "scheduled-messages-overdue",
     ),
 }
 """Every kind, with its meaning (see the module docstring)."""
@@ -260,6 +271,26 @@ def fifo_blocked_finding(
         age_ms / 1000,
         f"{blocked} message groups of FIFO consumer group {group} blocked; the oldest, "
         f"{message_group}, for {duration_text(age_ms)} (over {duration_text(threshold_s * 1000)})",
+    )
+
+
+def scheduled_overdue_finding(
+    topic: str, *, overdue: int, oldest_due_timestamp: int, threshold_s: int, now: int
+) -> Finding | None:
+    """``scheduled_overdue``: fires when a delay or timer message of ``topic`` is still
+    SCHEDULED (not moved to its topic, not recalled) more than ``threshold_s`` seconds after
+    its due time: the timer is down or behind, or the message's queue is gone. ``overdue``:
+    how many of the topic's are past due by more than the threshold; ``oldest_due_timestamp``
+    (ms): the earliest due time of them. ``value``: seconds the oldest is past due."""
+    late_ms = now - oldest_due_timestamp
+    if overdue <= 0 or late_ms <= threshold_s * 1000:
+        return None
+    return Finding(
+        topic,
+        late_ms / 1000,
+        f"{overdue} scheduled messages of topic {topic} not delivered more than "
+        f"{duration_text(threshold_s * 1000)} after their time; the oldest due "
+        f"{duration_text(late_ms)} ago",
     )
 
 

@@ -46,6 +46,11 @@ class AnomalyKind(TextChoices):
         "bucket_mismatch",
         "a producer group's 10-minute bucket whose half messages and final states disagree",
     )
+    SCHEDULED_UNDELIVERED = (
+        "scheduled_undelivered",
+        "a delay or timer message neither delivered nor recalled by its due time plus the "
+        "settle time",
+    )
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,31 @@ def settle_ms(params: ReconcileParams) -> int:
         params.transaction_timeout_ms
         + (params.transaction_check_max + 1) * params.transaction_check_interval_ms
         + 2 * params.check_scan_interval_ms
+    )
+
+
+def scheduled_grace_ms(params: ReconcileParams) -> int:
+    """How long after its due time a scheduled (delay or timer) message must be on its topic
+    (ms): the run's ``settle_ms``, so a timer that is down or behind for less than a
+    transaction's settle time is not called a loss."""
+    return settle_ms(params)
+
+
+def scheduled_undelivered(
+    delivery_timestamp: int, *, delivered: bool, recalled: bool, params: ReconcileParams
+) -> bool:
+    """Whether a scheduled message stored on ``RMQ_SYS_WHEEL_TIMER`` and due at
+    ``delivery_timestamp`` (ms) is a ``scheduled_undelivered`` anomaly of the run ``params``:
+    it is due in ``[since_ms, until_ms)`` (each due time is judged by one run of consecutive
+    windows), its due time plus ``scheduled_grace_ms`` is at or before ``as_of_ms``, and the
+    archive holds neither its copy on its topic (``delivered``) nor a recall's delete marker
+    (``recalled``; RocketMQ ``TIMER_DEL_UNIQKEY``). The job and the baselines apply this rule
+    in SQL; this is its one statement, pinned by the rules' tests."""
+    return (
+        params.since_ms <= delivery_timestamp < params.until_ms
+        and delivery_timestamp + scheduled_grace_ms(params) <= params.as_of_ms
+        and not delivered
+        and not recalled
     )
 
 

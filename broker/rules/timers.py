@@ -38,6 +38,13 @@ class DeliveryTimeError(ValueError):
         self.code = code
 
 
+def timer_del_uniq_key(topic: str, msg_id: str) -> str:
+    """The ``TIMER_DEL_UNIQKEY`` of a recall's delete marker for the message ``msg_id``
+    (UNIQ_KEY) of ``topic``: RocketMQ 5.3 ``TimerMessageStore.buildDeleteKey``,
+    ``"<topic>+<msg_id>"``."""
+    return f"{topic}+{msg_id}"
+
+
 def delay_level_ms(level: int) -> int:
     """The delay (ms) of RocketMQ delay level ``level`` (1..18, ``DELAY_LEVELS_MS``).
 

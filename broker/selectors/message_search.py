@@ -6,7 +6,8 @@ viewMessage, rocketmq-dashboard's message query).
 
 Each search is one indexed query (``broker.models.Message``'s indexes): a msg id by
 ``message_msg_id``, a key by ``message_keys`` / ``message_multi_keys``, a topic and time range
-by ``message_topic_store_time``, a time range alone by ``message_store_time``. Pages are in
+by ``message_topic_store_time``, a message group by ``message_group_store_time``, a time range
+alone by ``message_store_time``; delay messages by their ``ScheduledMessage`` rows. Pages are in
 (``store_timestamp``, ``commit_log_offset``) order, newest first: a page is read from its
 cursor, never by OFFSET. Measured by ``bench/message_search.py``.
 """
@@ -48,8 +49,11 @@ class MessageQuery:
     its committed copy and its dead letters share it); ``start_ms`` / ``end_ms``: store time
     range ``[start_ms, end_ms)``, ms; ``scheduled_state``: only delay and timer messages as
     sent (on ``RMQ_SYS_WHEEL_TIMER``) whose ``ScheduledMessage`` is in that state
-    (``SCHEDULED``, ``DELIVERED``, ``RECALLED``); ``producer_groups``: only messages those
-    groups sent (None: any group; an access key's rights).
+    (``SCHEDULED``, ``DELIVERED``, ``RECALLED``); ``due_start_ms`` / ``due_end_ms``: only
+    those due in ``[due_start_ms, due_end_ms)``, ms (with either scheduled filter, ``topic``
+    is the topic they are for, their real topic); ``message_group``: only FIFO messages of
+    that message group; ``producer_groups``: only messages those groups sent (None: any
+    group; an access key's rights).
     """
 
     topic: str = ""
@@ -59,7 +63,17 @@ class MessageQuery:
     start_ms: int | None = None
     end_ms: int | None = None
     scheduled_state: str = ""
+    due_start_ms: int | None = None
+    due_end_ms: int | None = None
+    message_group: str = ""
     producer_groups: frozenset[str] | None = None
+
+    @property
+    def scheduled_only(self) -> bool:
+        """Only delay and timer messages as sent: a state or a due time range is given."""
+        return bool(self.scheduled_state) or (
+            self.due_start_ms is not None or self.due_end_ms is not None
+        )
 
     def filter(self) -> Q:
         """The query's condition on ``Message``."""
@@ -68,7 +82,7 @@ class MessageQuery:
             condition &= Q(msg_id=self.msg_id)
         if self.key:
             condition &= key_match(self.key)
-        if self.topic:
+        if self.topic and not self.scheduled_only:
             condition &= Q(topic=self.topic)
         if self.tag:
             condition &= Q(tags=self.tag)
@@ -76,12 +90,27 @@ class MessageQuery:
             condition &= Q(store_timestamp__gte=self.start_ms)
         if self.end_ms is not None:
             condition &= Q(store_timestamp__lt=self.end_ms)
-        if self.scheduled_state:
-            in_state = ScheduledMessage.objects.filter(state=self.scheduled_state)
-            condition &= Q(topic=TIMER_TOPIC, commit_log_offset__in=in_state.values("pk"))
+        if self.scheduled_only:
+            condition &= Q(topic=TIMER_TOPIC, commit_log_offset__in=self._scheduled().values("pk"))
+        if self.message_group:
+            condition &= Q(message_group=self.message_group)
         if self.producer_groups is not None:
             condition &= Q(producer_group__in=sorted(self.producer_groups))
         return condition
+
+    def _scheduled(self) -> QuerySet[ScheduledMessage]:
+        """The ``ScheduledMessage`` rows the scheduled filters select (for ``topic``, in
+        ``scheduled_state``, due in ``[due_start_ms, due_end_ms)``)."""
+        rows = ScheduledMessage.objects.all()
+        if self.topic:
+            rows = rows.filter(topic=self.topic)
+        if self.scheduled_state:
+            rows = rows.filter(state=self.scheduled_state)
+        if self.due_start_ms is not None:
+            rows = rows.filter(delivery_timestamp__gte=self.due_start_ms)
+        if self.due_end_ms is not None:
+            rows = rows.filter(delivery_timestamp__lt=self.due_end_ms)
+        return rows
 
     @property
     def finds_one_message(self) -> bool:

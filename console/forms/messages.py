@@ -4,8 +4,9 @@ bookmarked and shared. ``message_query_of`` turns a valid form into the selector
 
 URL parameters: ``topic``, ``key``, ``tag``, ``msg_id`` (a msg id or a transaction id: the
 same UNIQ_KEY), ``start`` / ``end`` (UTC, ``YYYY-MM-DDTHH:MM[:SS]``: the store time range
-``[start, end)``), ``scheduled_state`` (delay messages as sent, by what became of them); paging: ``before`` / ``after`` (a ``SearchCursor``) and ``per_page`` (1..200,
-default 50).
+``[start, end)``), ``scheduled_state`` (delay messages as sent, by what became of them),
+``due_start`` / ``due_end`` (UTC: their due time range), ``message_group`` (FIFO); paging:
+``before`` / ``after`` (a ``SearchCursor``) and ``per_page`` (1..200, default 50).
 """
 
 from __future__ import annotations
@@ -23,7 +24,18 @@ from broker.selectors.message_search import (
     SearchCursor,
 )
 
-SEARCH_PARAMS = ("topic", "key", "tag", "msg_id", "start", "end", "scheduled_state")
+SEARCH_PARAMS = (
+    "topic",
+    "key",
+    "tag",
+    "msg_id",
+    "start",
+    "end",
+    "scheduled_state",
+    "due_start",
+    "due_end",
+    "message_group",
+)
 """The URL parameters of the search, in the order the form declares them."""
 
 _TIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
@@ -61,6 +73,21 @@ class MessageSearchForm(forms.Form):
         required=False,
         label="Delay messages",
     )
+    due_start = forms.DateTimeField(
+        required=False,
+        input_formats=_TIME_FORMATS,
+        label="Due from (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
+    )
+    due_end = forms.DateTimeField(
+        required=False,
+        input_formats=_TIME_FORMATS,
+        label="to (UTC, excluded)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
+    )
+    message_group = forms.CharField(
+        required=False, max_length=64, strip=True, label="FIFO message group"
+    )
     before = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
     after = forms.CharField(required=False, max_length=40, widget=forms.HiddenInput)
     per_page = forms.IntegerField(
@@ -90,6 +117,9 @@ class MessageSearchForm(forms.Form):
         start, end = data.get("start"), data.get("end")
         if start and end and end <= start:
             self.add_error("end", "The end must be after the start.")
+        due_start, due_end = data.get("due_start"), data.get("due_end")
+        if due_start and due_end and due_end <= due_start:
+            self.add_error("due_end", "The end must be after the start.")
         return data
 
     def search_params(self) -> list[tuple[str, str]]:
@@ -103,8 +133,9 @@ def _ms(value: datetime | None) -> int | None:
 
 def message_query_fields(form: MessageSearchForm) -> dict[str, Any]:
     """``MessageQuery``'s fields for a valid form (call ``form.is_valid()`` first): ``topic``,
-    ``key``, ``tag``, ``msg_id``, ``start_ms``, ``end_ms``, ``scheduled_state`` (JSON values:
-    the incident export records them)."""
+    ``key``, ``tag``, ``msg_id``, ``start_ms``, ``end_ms``, ``scheduled_state``,
+    ``due_start_ms``, ``due_end_ms``, ``message_group`` (JSON values: the incident export
+    records them)."""
     data = form.cleaned_data
     return {
         "topic": data.get("topic") or "",
@@ -114,6 +145,9 @@ def message_query_fields(form: MessageSearchForm) -> dict[str, Any]:
         "start_ms": _ms(data.get("start")),
         "end_ms": _ms(data.get("end")),
         "scheduled_state": data.get("scheduled_state") or "",
+        "due_start_ms": _ms(data.get("due_start")),
+        "due_end_ms": _ms(data.get("due_end")),
+        "message_group": data.get("message_group") or "",
     }
 
 

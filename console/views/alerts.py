@@ -203,7 +203,11 @@ def _group_checked(apply: Any) -> Any:
     try:
         return apply()
     except NotFound as error:
-        if error.code not in ("producer_group_not_found", "consumer_group_not_found"):
+        if error.code not in (
+            "producer_group_not_found",
+            "consumer_group_not_found",
+            "topic_not_found",
+        ):
             raise
         raise InvalidInput(error.message, code=error.code, details={"field": "group"}) from error
 

@@ -35,6 +35,7 @@ from broker.selectors.reconciliation import (
     reconciliation_runs_page,
     transactions_present,
 )
+from broker.selectors.scheduled_messages import scheduled_messages_present
 from broker.services.reconciliation.run import reconciliation_run_queue
 from console.permissions import OperateConsoleRequired, ViewConsoleRequired
 from console.views.actions import console_actor
@@ -91,20 +92,34 @@ def anomaly_rows(anomalies: list[Any]) -> list[dict[str, Any]]:
     """The page's anomalies (``ReconciliationAnomaly`` rows) with what the template shows: ``label`` (the kind's meaning),
     ``linked`` (the transaction is in the database, so its page exists), ``evidence`` as
     ``(key, text)`` pairs (``evidence_text``) and, for a bucket's mismatch, its unexplained
-    transaction ids as ``(id, linked)`` pairs. One query for the whole page."""
+    transaction ids as ``(id, linked)`` pairs; for a scheduled_undelivered,
+    ``scheduled_offset``: its scheduled message's commit log offset while the database holds
+    its row (its console page), else None. Two queries for the whole page."""
     named = [a.transaction_id for a in anomalies]
     for a in anomalies:
         named.extend(a.evidence.get(LISTED_EVIDENCE_IDS) or [])
     present = transactions_present(named)
+    scheduled = scheduled_messages_present(
+        [
+            a.evidence["commit_log_offset"]
+            for a in anomalies
+            if a.kind == AnomalyKind.SCHEDULED_UNDELIVERED
+            and isinstance(a.evidence.get("commit_log_offset"), int)
+        ]
+    )
     labels = dict(AnomalyKind.choices)
     rows = []
     for a in anomalies:
         listed = a.evidence.get(LISTED_EVIDENCE_IDS) or []
+        offset = a.evidence.get("commit_log_offset")
         rows.append(
             {
                 "anomaly": a,
                 "label": labels.get(a.kind, ""),
                 "linked": a.transaction_id in present,
+                "scheduled_offset": offset
+                if a.kind == AnomalyKind.SCHEDULED_UNDELIVERED and offset in scheduled
+                else None,
                 "evidence": [
                     (k, evidence_text(k, v))
                     for k, v in a.evidence.items()

@@ -73,6 +73,7 @@ def test_each_kind_takes_its_own_defaults(owner, producer_group, consumer_group)
         "discard_rate": (10, 3600),
         "dlq_growing": (0, 900),
         "fifo_blocked": (300, 3600),
+        "scheduled_overdue": (60, 3600),
     }
     for kind, (threshold, window_s) in expected.items():
         body = post(owner, RULES, {"name": kind.replace("_", "-"), "kind": kind}).json()
@@ -192,4 +193,5 @@ def test_the_schema_documents_the_rules_endpoints(document):
         "discard_rate",
         "dlq_growing",
         "fifo_blocked",
+        "scheduled_overdue",
     ]

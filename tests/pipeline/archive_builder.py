@@ -32,7 +32,9 @@ Anomalies are planted with the same calls (``docs/reconciliation.md`` defines ea
 - late_end: ``discard`` then ``end_refused`` (or a ``resolution`` by the producer);
 - undelivered_to_group: ``consume_all(group, skip={message})``;
 - slow_visibility: ``commit(visible_after_ms=...)`` past the SLA;
-- bucket_mismatch: a transaction left PREPARED (checks undelivered) in a settled bucket.
+- bucket_mismatch: a transaction left PREPARED (checks undelivered) in a settled bucket;
+- scheduled_undelivered: ``ArchiveBuilder.scheduled`` (a delay message on the timer topic) with
+  neither ``timer_deliver`` (its copy on its topic) nor ``recall`` (a delete marker).
 
 Offsets are the builder's: commit log offsets and queue offsets are given at ``write`` in order
 of store time, so any call order gives a consistent log. Transaction events and delivery
@@ -61,12 +63,15 @@ from broker.constants import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_KEY,
     SYS_FLAG_TRANSACTION_COMMIT_TYPE,
     SYS_FLAG_TRANSACTION_NOT_TYPE,
     SYS_FLAG_TRANSACTION_PREPARED_TYPE,
+    TIMER_TOPIC,
 )
 from broker.pipeline.schema import ARCHIVE_TABLES, TIME_COLUMNS
 from broker.rules.anomalies import HOUR_MS
@@ -94,6 +99,9 @@ class Message:
     discard_reason: str | None = None
     op_halves: list[Message] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
+    message_group: str = ""
+    delivery_ms: int | None = None  # TIMER_DELIVER_MS
+    del_key: str | None = None  # TIMER_DEL_UNIQKEY
     commit_log_offset: int | None = None
     queue_offset: int | None = None
     seq: int = field(default_factory=lambda: next(_seq))
@@ -376,6 +384,79 @@ class ArchiveBuilder:
             msg_id, at, topic, queue_id, producer_group, SYS_FLAG_TRANSACTION_NOT_TYPE
         )
 
+    def scheduled(
+        self,
+        msg_id: str,
+        *,
+        at: int,
+        due: int,
+        topic: str = "T",
+        queue_id: int = 0,
+        producer_group: str = "G",
+    ) -> Message:
+        """A delay message stored at ``at`` on the timer topic, due at ``due`` on ``topic``
+        (as ``broker.services.timers.schedule.message_send_at`` stores it)."""
+        message = Message(
+            topic=TIMER_TOPIC,
+            queue_id=0,
+            store_ms=at,
+            msg_id=msg_id,
+            producer_group=producer_group,
+            sys_flag=SYS_FLAG_TRANSACTION_NOT_TYPE,
+            born_ms=at,
+            real_topic=topic,
+            real_queue_id=queue_id,
+            delivery_ms=due,
+            properties={
+                PROPERTY_UNIQ_KEY: msg_id,
+                PROPERTY_REAL_TOPIC: topic,
+                PROPERTY_REAL_QUEUE_ID: str(queue_id),
+                PROPERTY_TIMER_DELIVER_MS: str(due),
+            },
+        )
+        self.messages.append(message)
+        return message
+
+    def timer_deliver(self, scheduled: Message, *, at: int) -> Message:
+        """The timer's copy of ``scheduled`` on its topic, stored at ``at`` (``TIMER_DELIVER_MS``
+        kept, ``REAL_TOPIC``/``REAL_QID`` dropped)."""
+        copy = self._message(
+            scheduled.msg_id,
+            at,
+            scheduled.real_topic or "",
+            scheduled.real_queue_id or 0,
+            scheduled.producer_group,
+            SYS_FLAG_TRANSACTION_NOT_TYPE,
+        )
+        copy.delivery_ms = scheduled.delivery_ms
+        copy.properties[PROPERTY_TIMER_DELIVER_MS] = str(scheduled.delivery_ms)
+        return copy
+
+    def recall(self, scheduled: Message, *, at: int) -> Message:
+        """A recall's delete marker for ``scheduled``, stored at ``at`` on the timer topic (as
+        ``broker.services.timers.recall`` appends it)."""
+        key = f"{scheduled.real_topic}+{scheduled.msg_id}"
+        marker = Message(
+            topic=TIMER_TOPIC,
+            queue_id=0,
+            store_ms=at,
+            msg_id=f"del-{next(_seq)}",
+            producer_group=scheduled.producer_group,
+            sys_flag=SYS_FLAG_TRANSACTION_NOT_TYPE,
+            born_ms=at,
+            real_topic=scheduled.real_topic,
+            real_queue_id=scheduled.real_queue_id,
+            delivery_ms=scheduled.delivery_ms,
+            del_key=key,
+            properties={
+                PROPERTY_REAL_TOPIC: scheduled.real_topic or "",
+                PROPERTY_TIMER_DELIVER_MS: str(scheduled.delivery_ms),
+                PROPERTY_TIMER_DEL_UNIQKEY: key,
+            },
+        )
+        self.messages.append(marker)
+        return marker
+
     def _message(
         self, msg_id: str, at: int, topic: str, queue_id: int, producer_group: str, sys_flag: int
     ) -> Message:
@@ -433,7 +514,7 @@ class ArchiveBuilder:
         skipped = {id(m) for m in skip}
         received = 0
         for message in list(self.messages):
-            if message.topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC):
+            if message.topic in (HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC, TIMER_TOPIC):
                 continue
             if (wanted is not None and message.topic not in wanted) or id(message) in skipped:
                 continue
@@ -620,5 +701,8 @@ def _commit_log_row(m: Message) -> tuple:
         "op_offsets": op_offsets,
         "body_size": op_body_size(op_offsets) if op_offsets is not None else 16,
         "properties": json.dumps(properties, sort_keys=True),
+        "message_group": m.message_group,
+        "delivery_timestamp": m.delivery_ms,
+        "timer_del_uniq_key": m.del_key,
     }
     return tuple(values[name] for name, _ in ARCHIVE_TABLES["commit_log"])

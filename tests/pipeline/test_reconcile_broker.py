@@ -17,7 +17,15 @@ from django.core.management import call_command
 from django.db import transaction
 from django.db.models import Max
 
-from broker.constants import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from broker.constants import (
+    CHECK_MAX_TIME_TOPIC,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
+    TIMER_TOPIC,
+)
 from broker.models import (
     ArchiveSegment,
     ArchiveWatermark,
@@ -25,12 +33,15 @@ from broker.models import (
     Message,
     ReconciliationRun,
     Resolution,
+    ScheduledMessage,
     Transaction,
     TransactionEvent,
 )
 from broker.rules.anomalies import BUCKET_MS, AnomalyKind
+from broker.rules.clock import now_ms
 from broker.rules.op_body import op_body_format, op_body_parse
 from broker.services.commitlog.storage import message_copy, message_put
+from broker.services.timers.deliver import scheduled_messages_deliver
 from broker.services.topology.writes import (
     consumer_group_create,
     producer_group_create,
@@ -39,7 +50,7 @@ from broker.services.topology.writes import (
 from tasks.checks import check_half_queue
 from tasks.op_messages import op_flush_all_task
 from tasks.pipeline import archive_export, reconcile
-from tests.api_helpers import ack, end, key_client, post, receive, send_half
+from tests.api_helpers import ack, end, key_client, post, receive, send_half, send_message
 
 TOPIC = "Orders"
 SETTLE_MS = 2_300  # settle_ms of the settings below
@@ -94,6 +105,24 @@ def _scan_until_settled(producer, answers: dict[str, str]) -> None:
     raise AssertionError("transactions still PREPARED after 100 scans")
 
 
+def _due_now(*msg_ids: str) -> int:
+    """Make the delay messages ``msg_ids`` due now: their schedules, the messages as stored
+    on the timer topic and their recalls' delete markers (TIMER_DELIVER_MS). Returns now."""
+    now = now_ms()
+    ScheduledMessage.objects.filter(msg_id__in=msg_ids).update(delivery_timestamp=now)
+    keys = {f"{TOPIC}+{msg_id}" for msg_id in msg_ids}
+    for message in Message.objects.filter(topic=TIMER_TOPIC):
+        props = message.properties
+        if (
+            props.get(PROPERTY_UNIQ_KEY) in msg_ids
+            or message.msg_id in msg_ids
+            or (props.get(PROPERTY_TIMER_DEL_UNIQKEY) in keys)
+        ):
+            props[PROPERTY_TIMER_DELIVER_MS] = str(now)
+            message.save(update_fields=["properties"])
+    return now
+
+
 def _consume_all(consumer) -> None:
     for group in ("C1", "C2"):
         while True:
@@ -114,6 +143,15 @@ def traffic(broker):
     kinds: dict[str, list[str]] = {
         k: [] for k in ("commit", "rollback", "check_commit", "check_rollback", "discard")
     }
+    # Delay messages: one the timer moves (below), one recalled before its time. Sent for a
+    # minute ahead (a loaded machine answers a send slower than a short delay), then made due
+    # now, as if sent for now.
+    for msg_id in ("delay-on-time", "delay-recalled"):
+        sent = send_message(producer, topic=TOPIC, msg_id=msg_id, deliver_at=now_ms() + 60_000)
+        assert sent.status_code == 201 and sent.json()["state"] == "SCHEDULED", sent.content
+    recalled = post(owner, "/api/v1/scheduled-messages/delay-recalled/recall", {"reason": "x"})
+    assert recalled.status_code == 200, recalled.content
+    due = _due_now("delay-on-time", "delay-recalled")
     plan = [("commit", 9), ("rollback", 3), ("check_commit", 2), ("check_rollback", 2)]
     plan.append(("discard", 4))
     for kind, count in plan:
@@ -135,6 +173,7 @@ def traffic(broker):
     response = post(owner, f"{url}/resolve", {"action": "commit", "reason": "paid"})
     assert response.status_code == 200, response.content
     op_flush_all_task()
+    assert scheduled_messages_deliver(now=max(now_ms(), due)) == 1  # only the one not recalled
     _consume_all(consumer)
     return {"producer": producer, "kinds": kinds, "resumed": resumed}
 
@@ -251,6 +290,15 @@ def _plant(traffic) -> dict[str, str]:
         born_timestamp=tx.born_timestamp - 30 * 60_000,
     )
     planted[AnomalyKind.BUCKET_MISMATCH] = tx.pk
+
+    # scheduled_undelivered: a delay message the timer never moves, due now (before the
+    # window's end: _archive_all waits settle_ms past the newest row).
+    lost = send_message(
+        traffic["producer"], topic=TOPIC, msg_id="delay-lost", deliver_at=now_ms() + 60_000
+    )
+    assert lost.status_code == 201, lost.content
+    _due_now("delay-lost")
+    planted[AnomalyKind.SCHEDULED_UNDELIVERED] = "delay-lost"
     return planted
 
 
@@ -286,5 +334,7 @@ def test_a_clean_archive_finds_nothing_and_each_planted_anomaly_is_found_once(
             assert anomaly.producer_group == "G"
         elif kind == AnomalyKind.ORPHAN_DELIVERY:
             assert (anomaly.msg_id, anomaly.transaction_id) == (name, "")
+        elif kind == AnomalyKind.SCHEDULED_UNDELIVERED:
+            assert (anomaly.msg_id, anomaly.transaction_id, anomaly.topic) == (name, "", TOPIC)
         else:
             assert anomaly.transaction_id == name, (kind, anomaly)

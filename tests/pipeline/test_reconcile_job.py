@@ -95,6 +95,9 @@ def clean_hour(b: ArchiveBuilder, t: int) -> None:
     # next (where its delivery has a half message older than since: not an orphan).
     b.transaction("clean-straddle", at=t + HOUR_MS - S, topic="T").commit(at=t + HOUR_MS + 500)
     b.normal_message("plain-1", at=t + 8 * S, topic="T")
+    # Delay messages: one the timer moved on time, one recalled before its time.
+    b.timer_deliver(b.scheduled("sched-on-time", at=t + 9 * S, due=t + 15 * S), at=t + 15 * S + 30)
+    b.recall(b.scheduled("sched-recalled", at=t + 9 * S, due=t + 20 * MIN), at=t + 10 * S)
 
 
 def planted_hour(b: ArchiveBuilder, t: int) -> dict[str, object]:
@@ -125,14 +128,21 @@ def planted_hour(b: ArchiveBuilder, t: int) -> dict[str, object]:
     b.transaction("unexplained-1", at=t + 13 * S, producer_group="G2").check_undelivered(
         at=t + 13 * S + MIN
     ).check_undelivered(at=t + 13 * S + 2 * MIN)
-    return {"undelivered": undelivered.delivered[0], "dup": dup}
+    # A delay message the timer never moved; one moved late, after the window's end.
+    lost = b.scheduled("sched-lost", at=t + 14 * S, due=t + 20 * S, topic="T", queue_id=1)
+    late_copy = b.scheduled("sched-late", at=t + 15 * S, due=t + HOUR_MS - S)
+    b.timer_deliver(late_copy, at=t + HOUR_MS + 5 * S)
+    return {"undelivered": undelivered.delivered[0], "dup": dup, "sched_lost": lost}
 
 
 def in_progress(b: ArchiveBuilder, t: int) -> None:
     """Born in [t, t + 5 min): one PREPARED within its checks; one whose delivered message has
-    a half message that never ended (orphan_delivery, no_commit)."""
+    a half message that never ended (orphan_delivery, no_commit); a delay message never
+    delivered (scheduled_undelivered once its grace has passed)."""
     b.transaction("pending-1", at=t + 60 * S).check(at=t + 120 * S)
     b.transaction("orphan-2", at=t + 70 * S).deliver(at=t + 80 * S)
+    # Due within the window, never moved: overdue only once its grace has passed.
+    b.scheduled("sched-pending", at=t + 10 * S, due=t + 2 * MIN)
 
 
 @pytest.fixture(scope="module")
@@ -278,6 +288,7 @@ def test_each_anomaly_names_its_transaction(planted):
         "undelivered_to_group": ("undelivered-1", "undelivered-1"),
         "slow_visibility": ("slow-1", "slow-1"),
         "bucket_mismatch": ("", ""),
+        "scheduled_undelivered": ("", "sched-lost"),
     }
     # Ordered by kind, then transaction id.
     assert [a.kind for a in planted.anomalies] == sorted(AnomalyKind.values)
@@ -343,6 +354,16 @@ def test_evidence(planted, archive):
         "unexplained_count": 1,
         "unexplained_transaction_ids": ["unexplained-1"],
     }
+    scheduled = found["scheduled_undelivered"]
+    assert (scheduled.producer_group, scheduled.topic) == ("G", "T")
+    assert scheduled.evidence == {
+        "commit_log_offset": archive["sched_lost"].commit_log_offset,
+        "queue_id": 1,
+        "scheduled_timestamp": H1 + 14 * S,
+        "delivery_timestamp": H1 + 20 * S,
+        "grace_ms": settle_ms(planted.params),
+        "as_of": T0 + 4 * HOUR_MS,
+    }
 
 
 def test_parquet_outputs_match_the_result(spark, planted):
@@ -401,7 +422,11 @@ def test_in_progress_transactions_are_not_anomalies_yet(early):
 
 
 def test_a_settled_bucket_is_flagged(early, late):
-    assert late.anomaly_counts == {"orphan_delivery": 1, "bucket_mismatch": 1}
+    assert late.anomaly_counts == {
+        "orphan_delivery": 1,
+        "bucket_mismatch": 1,
+        "scheduled_undelivered": 1,
+    }
     bucket = by_kind(late)["bucket_mismatch"][0]
     # orphan-2 is named by its own anomaly; pending-1 is the unexplained one.
     assert bucket.evidence["unexplained_transaction_ids"] == ["pending-1"]
@@ -410,7 +435,11 @@ def test_a_settled_bucket_is_flagged(early, late):
 
 def test_a_bucket_cut_by_the_window_is_balanced_once_its_part_has_settled(cut):
     assert H2 + BUCKET_MS + settle_ms(params(since=0, until=1, as_of=1)) > cut.params.as_of_ms
-    assert cut.anomaly_counts == {"orphan_delivery": 1, "bucket_mismatch": 1}
+    assert cut.anomaly_counts == {
+        "orphan_delivery": 1,
+        "bucket_mismatch": 1,
+        "scheduled_undelivered": 1,
+    }
     bucket = by_kind(cut)["bucket_mismatch"][0]
     assert bucket.evidence["unexplained_transaction_ids"] == ["pending-1"]
 

@@ -24,6 +24,7 @@ from broker.rules.alerts import (
     near_check_max_finding,
     oldest_pending_finding,
     rate_per_hour,
+    scheduled_overdue_finding,
     unreachable_finding,
 )
 
@@ -71,6 +72,7 @@ def test_a_dead_letter_alert_is_about_a_consumer_group_the_others_a_producer_gro
         AlertKind.DISCARD_RATE: "producer_group",
         AlertKind.DLQ_GROWING: "consumer_group",
         AlertKind.FIFO_BLOCKED: "consumer_group",
+        AlertKind.SCHEDULED_OVERDUE: "topic",
     }
 
 
@@ -283,3 +285,37 @@ def test_a_resolution_is_notified_exactly_when_the_firing_was():
     assert step(was_firing=True, notified=True) == Step(False, RESOLVED)
     assert step(was_firing=True, notified=True, silenced=True) == Step(False, RESOLVED)
     assert step(was_firing=True, notified=False) == Step(False, None)
+
+
+def test_scheduled_overdue_fires_only_past_the_threshold_with_messages_waiting():
+    due = NOW - 61_000
+    assert scheduled_overdue_finding(
+        "Orders", overdue=3, oldest_due_timestamp=due, threshold_s=60, now=NOW
+    ) == Finding(
+        "Orders",
+        61.0,
+        "3 scheduled messages of topic Orders not delivered more than 1 min after their time; "
+        "the oldest due 1 min 1 s ago",
+    )
+    # Exactly at the threshold: not yet.
+    assert (
+        scheduled_overdue_finding(
+            "Orders", overdue=3, oldest_due_timestamp=NOW - 60_000, threshold_s=60, now=NOW
+        )
+        is None
+    )
+    assert (
+        scheduled_overdue_finding(
+            "Orders", overdue=0, oldest_due_timestamp=due, threshold_s=60, now=NOW
+        )
+        is None
+    )
+    assert scheduled_overdue_finding(
+        "Orders", overdue=1, oldest_due_timestamp=NOW - 1, threshold_s=0, now=NOW
+    ) == Finding(
+        "Orders",
+        0.001,
+        "1 scheduled messages of topic Orders not delivered more than 0 ms after their time; "
+        "the oldest due 1 ms ago",
+    )
+    assert KINDS[AlertKind.SCHEDULED_OVERDUE].default_threshold == 60

@@ -11,6 +11,8 @@ from broker.rules.anomalies import (
     AnomalyKind,
     ReconcileParams,
     bucket_start,
+    scheduled_grace_ms,
+    scheduled_undelivered,
     segment_ms_valid,
     settle_ms,
 )
@@ -77,7 +79,7 @@ def test_segments_never_span_two_hours(segment_ms, valid):
     assert segment_ms_valid(segment_ms) is valid
 
 
-def test_the_ten_kinds():
+def test_the_eleven_kinds():
     assert AnomalyKind.values == [
         "hanging",
         "lost_commit",
@@ -89,4 +91,36 @@ def test_the_ten_kinds():
         "undelivered_to_group",
         "slow_visibility",
         "bucket_mismatch",
+        "scheduled_undelivered",
     ]
+
+
+def test_a_scheduled_messages_grace_is_the_settle_time():
+    assert scheduled_grace_ms(params()) == settle_ms(params()) == 506_000
+    assert scheduled_grace_ms(params(check_scan_interval_ms=20_000)) == 526_000
+
+
+@pytest.mark.parametrize(
+    ("due", "delivered", "recalled", "until", "undelivered"),
+    [
+        (0, False, False, HOUR_MS, True),  # due at the window's start
+        (HOUR_MS - 1, False, False, HOUR_MS, True),  # its last millisecond
+        (HOUR_MS, False, False, HOUR_MS, False),  # the next window's
+        (-1, False, False, HOUR_MS, False),  # the previous window's
+        (100, True, False, HOUR_MS, False),  # delivered
+        (100, False, True, HOUR_MS, False),  # recalled
+        (100, True, True, HOUR_MS, False),
+        # Due within the window, but its grace has not passed by as_of (2 h).
+        (2 * HOUR_MS - 506_000, False, False, 2 * HOUR_MS, True),
+        (2 * HOUR_MS - 505_999, False, False, 2 * HOUR_MS, False),
+    ],
+)
+def test_a_scheduled_message_undelivered_after_its_grace(
+    due, delivered, recalled, until, undelivered
+):
+    assert (
+        scheduled_undelivered(
+            due, delivered=delivered, recalled=recalled, params=params(until_ms=until)
+        )
+        is undelivered
+    )

@@ -20,6 +20,7 @@ from broker.rules.timers import (
     recall_handle_of,
     recall_handle_parse,
     schedule_timeline,
+    timer_del_uniq_key,
     timestamp_ms,
 )
 
@@ -175,3 +176,7 @@ def test_an_event_without_a_recall_or_a_copy_has_none():
     due = timeline("SCHEDULED")[-1]
     assert (due.actor, due.reason, due.commit_log_offset) == ("", "", None)
     assert timeline("DELIVERED")[1].reached is True
+
+
+def test_a_recalls_delete_key_is_rocketmqs_topic_plus_uniq_key():
+    assert timer_del_uniq_key("Orders", "7F0000010001") == "Orders+7F0000010001"

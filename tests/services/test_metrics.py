@@ -108,12 +108,15 @@ def full_aggregation() -> Samples:
 
 
 def scheduled_aggregation() -> Samples:
-    """The delay and timer messages waiting and the earliest due time (s), from the whole table."""
+    """The delay and timer messages waiting, the earliest due time (s) and how many are past
+    due, from the whole table."""
     waiting = ScheduledMessage.objects.filter(state="SCHEDULED")
     out: Samples = {("halfmoon_scheduled_messages", ()): waiting.count()}
     due = [row.delivery_timestamp for row in waiting]
     if due:
         out[("halfmoon_scheduled_next_due_timestamp_seconds", ())] = min(due) / 1000
+    now = now_ms()
+    out[("halfmoon_scheduled_overdue_messages", ())] = sum(d < now for d in due)
     return out
 
 

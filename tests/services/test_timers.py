@@ -9,7 +9,12 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from broker.constants import PROPERTY_REAL_TOPIC, PROPERTY_TIMER_DELIVER_MS, TIMER_TOPIC
+from broker.constants import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELIVER_MS,
+    TIMER_TOPIC,
+)
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import AuditEntry, Message, ScheduledMessage
 from broker.rules.clock import now_ms
@@ -250,6 +255,7 @@ def test_metrics_show_what_waits_and_the_earliest_due_time(orders):
     assert samples() == {
         "halfmoon_scheduled_messages": [0.0],
         "halfmoon_scheduled_next_due_timestamp_seconds": [],
+        "halfmoon_scheduled_overdue_messages": [0.0],
     }
     due = now_ms() + HOUR
     message_send_at(delivery_timestamp=due + 5, topic="Orders", body=b"x")
@@ -257,4 +263,35 @@ def test_metrics_show_what_waits_and_the_earliest_due_time(orders):
     assert samples() == {
         "halfmoon_scheduled_messages": [2.0],
         "halfmoon_scheduled_next_due_timestamp_seconds": [due / 1000],
+        "halfmoon_scheduled_overdue_messages": [0.0],
     }
+    # The timer is down: one of them is past its time, not yet moved.
+    late = message_send_at(delivery_timestamp=due, topic="Orders", body=b"z")
+    ScheduledMessage.objects.filter(pk=late.pk).update(delivery_timestamp=now_ms() - 1_000)
+    assert samples()["halfmoon_scheduled_overdue_messages"] == [1.0]
+
+
+def test_a_recall_appends_one_delete_marker_to_the_timer_topic(orders):
+    now = now_ms()
+    row = message_send_at(
+        delivery_timestamp=now + HOUR, topic="Orders", body=b"x", producer_group="shop"
+    )
+    scheduled_message_recall(topic="Orders", msg_id=row.msg_id, recalled_by="p:1")
+    scheduled_message_recall(topic="Orders", msg_id=row.msg_id, recalled_by="p:1")  # again
+    kept = message_send_at(delivery_timestamp=now + HOUR, topic="Orders", body=b"y")
+    ScheduledMessage.objects.filter(pk=kept.pk).update(delivery_timestamp=now - 1)
+    with pytest.raises(Conflict):
+        scheduled_message_recall(topic="Orders", msg_id=kept.msg_id, recalled_by="p:1")
+    on_timer = Message.objects.filter(topic=TIMER_TOPIC).order_by("commit_log_offset")
+    markers = [m for m in on_timer if PROPERTY_TIMER_DEL_UNIQKEY in m.properties]
+    assert len(markers) == 1  # once, and none for the refused recall
+    (marker,) = markers
+    assert marker.msg_id != row.msg_id and bytes(marker.body) == b""
+    assert marker.producer_group == "shop"
+    assert marker.properties[PROPERTY_TIMER_DEL_UNIQKEY] == f"Orders+{row.msg_id}"
+    assert marker.properties[PROPERTY_TIMER_DELIVER_MS] == str(row.delivery_timestamp)
+    assert marker.properties[PROPERTY_REAL_TOPIC] == "Orders"
+    assert marker.commit_log_offset > row.commit_log_offset
+    # The timer moves index rows only: the marker is never delivered anywhere.
+    assert scheduled_messages_deliver(now=now + 2 * HOUR) == 1
+    assert [bytes(m.body) for m in Message.objects.exclude(topic=TIMER_TOPIC)] == [b"y"]

@@ -64,6 +64,19 @@ class MessageSearchQuerySerializer(serializers.Serializer):
         help_text="Only delay and timer messages as sent (on RMQ_SYS_WHEEL_TIMER) in this "
         "state: SCHEDULED (waiting), DELIVERED or RECALLED",
     )
+    due_start = QueryIntegerField(
+        required=False,
+        min_value=0,
+        help_text="Only delay and timer messages as sent, due at or after (ms since the epoch)",
+    )
+    due_end = QueryIntegerField(
+        required=False,
+        min_value=0,
+        help_text="Only delay and timer messages as sent, due before (ms since the epoch)",
+    )
+    message_group = StrictCharField(
+        required=False, max_length=64, help_text="Only FIFO messages of this message group"
+    )
     before = SearchCursorField(required=False, help_text="The older page")
     after = SearchCursorField(required=False, help_text="The newer page")
     limit = QueryIntegerField(
@@ -75,6 +88,8 @@ class MessageSearchQuerySerializer(serializers.Serializer):
             raise serializers.ValidationError("Give at most one of before and after.")
         if "start" in attrs and "end" in attrs and attrs["end"] <= attrs["start"]:
             raise serializers.ValidationError({"end": ["Must be after start."]})
+        if "due_start" in attrs and "due_end" in attrs and attrs["due_end"] <= attrs["due_start"]:
+            raise serializers.ValidationError({"due_end": ["Must be after due_start."]})
         return attrs
 
 
@@ -99,6 +114,7 @@ class MessageSummarySerializer(serializers.Serializer):
     tags = serializers.CharField()
     keys = serializers.CharField()
     producer_group = serializers.CharField()
+    message_group = serializers.CharField(help_text="FIFO message group; empty for none")
     born_timestamp = serializers.IntegerField()
     store_timestamp = serializers.IntegerField()
 

@@ -40,13 +40,17 @@ class MessageSearchView(APIView):
             "`msg_id` (a transactional message's is its transaction id), and the store time "
             "range `[start, end)` (ms). `next_before` / `previous_after` page on (null at "
             "either end). `scheduled_state` (SCHEDULED, DELIVERED, RECALLED) finds delay and "
-            "timer messages as sent, by what became of them; `scheduled` says it of a delay "
+            "timer messages as sent, by what became of them, and `due_start` / `due_end` by "
+            "their due time `[due_start, due_end)` (ms); with either, `topic` is the topic "
+            "they are for. `message_group` finds the FIFO messages of a message group. "
+            "`scheduled` says it of a delay "
             "message as sent (`kind` `scheduled`) or of the copy the timer delivered. When "
             "the search reaches before what the database keeps (pruned once "
             "archived), `archive` names the archive segments that hold that time. An admin key "
             "sees every message, a producer key those its producer groups sent. Two rules "
             "across parameters, which OpenAPI cannot state: at most one of `before` and "
-            "`after`, and `end` after `start`; 400 `invalid_input` otherwise."
+            "`after`, `end` after `start` and `due_end` after `due_start`; 400 "
+            "`invalid_input` otherwise."
         ),
     )
     def get(self, request: Request) -> Response:
@@ -61,6 +65,9 @@ class MessageSearchView(APIView):
             start_ms=q.get("start"),
             end_ms=q.get("end"),
             scheduled_state=q.get("scheduled_state", ""),
+            due_start_ms=q.get("due_start"),
+            due_end_ms=q.get("due_end"),
+            message_group=q.get("message_group", ""),
             producer_groups=None if scope is None else frozenset(scope),
         )
         page = message_search_page(

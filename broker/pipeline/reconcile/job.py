@@ -3,7 +3,8 @@ Parquet under the run's output URI, then the result collected for the broker.
 
 Takes the archive's URI, the output URI and the window with the broker settings judged by
 (``ReconcileParams``). Writes ``facts/`` (``facts.facts_write``), ``anomalies/``
-(``anomalies.anomaly_frame``, then bucket_mismatch appended), ``buckets/``
+(``anomalies.anomaly_frame`` and ``scheduled.scheduled_anomalies``, then bucket_mismatch
+appended), ``buckets/``
 (``buckets.bucket_frame``) and ``analytics/`` (``broker.pipeline.analytics``, from the judged
 facts and the check journal of every transaction read). Gives a ``ReconcileResult``: counts,
 the first anomalies and the analytics rows; nothing big reaches the driver.
@@ -24,6 +25,7 @@ from broker.pipeline import analytics as analytics_mod
 from broker.pipeline.reconcile.anomalies import anomaly_frame
 from broker.pipeline.reconcile.buckets import bucket_anomalies, bucket_frame
 from broker.pipeline.reconcile.facts import facts_write
+from broker.pipeline.reconcile.scheduled import scheduled_anomalies
 from broker.pipeline.result import Anomaly, ReconcileResult
 from broker.pipeline.spark import job_group as spark_job_group
 from broker.pipeline.spark import session_conf
@@ -108,9 +110,9 @@ def _run(
 
     anomalies_path = output_path(output_uri, "anomalies")
     with phase("anomalies"):
-        anomaly_frame(everything, facts, group_reach, params).write.mode("overwrite").parquet(
-            anomalies_path
-        )
+        anomaly_frame(everything, facts, group_reach, params).unionByName(
+            scheduled_anomalies(spark, archive_uri, params)
+        ).write.mode("overwrite").parquet(anomalies_path)
     with phase("buckets"):
         buckets = bucket_frame(facts, spark.read.parquet(anomalies_path), params)
         buckets_path = output_path(output_uri, "buckets")

@@ -25,6 +25,7 @@ from broker.rules.alerts import (
     fifo_blocked_finding,
     near_check_max_finding,
     oldest_pending_finding,
+    scheduled_overdue_finding,
     unreachable_finding,
 )
 from broker.rules.clock import now_ms
@@ -36,6 +37,7 @@ from broker.selectors.overview import (
     pending_check_times_by_group,
 )
 from broker.selectors.reachability import GroupReachability, producer_group_reachability
+from broker.selectors.scheduled_messages import OverdueTopic, scheduled_overdue_by_topic
 from broker.selectors.topology import dead_letters_by_group
 from broker.services.alerts.notifications import notifications_queue
 
@@ -49,6 +51,7 @@ class Figures:
         self.now = now
         self._discards: dict[int, dict[str, int]] = {}
         self._dead_letters: dict[int, dict[str, int]] = {}
+        self._overdue: dict[int, dict[str, OverdueTopic]] = {}
 
     @cached_property
     def oldest(self) -> dict[str, OldestPending]:
@@ -81,6 +84,12 @@ class Figures:
         if window_s not in self._dead_letters:
             self._dead_letters[window_s] = dead_letters_by_group(self.now - window_s * 1000)
         return self._dead_letters[window_s]
+
+    def scheduled_overdue(self, threshold_s: int) -> dict[str, OverdueTopic]:
+        """Per topic, its SCHEDULED messages more than ``threshold_s`` seconds past due."""
+        if threshold_s not in self._overdue:
+            self._overdue[threshold_s] = scheduled_overdue_by_topic(self.now - threshold_s * 1000)
+        return self._overdue[threshold_s]
 
 
 def rule_findings(rule: AlertRule, figures: Figures, *, check_max: int) -> dict[str, Finding]:
@@ -140,7 +149,24 @@ def rule_findings(rule: AlertRule, figures: Figures, *, check_max: int) -> dict[
             )
             for group, row in figures.fifo_blocked.items()
         ]
+    elif kind == AlertKind.SCHEDULED_OVERDUE:
+        found = _scheduled_overdue_findings(rule, figures)
     return {f.subject: f for f in found if f is not None and rule.group in ("", f.subject)}
+
+
+def _scheduled_overdue_findings(rule: AlertRule, figures: Figures) -> list[Finding | None]:
+    """``scheduled_overdue``: a finding per topic with SCHEDULED messages past due by more than
+    the rule's threshold (seconds)."""
+    return [
+        scheduled_overdue_finding(
+            topic,
+            overdue=row.overdue,
+            oldest_due_timestamp=row.oldest_due_timestamp,
+            threshold_s=rule.threshold,
+            now=figures.now,
+        )
+        for topic, row in figures.scheduled_overdue(rule.threshold).items()
+    ]
 
 
 @dataclass

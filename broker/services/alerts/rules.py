@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 
 from broker.errors import InvalidInput, not_found
-from broker.models import Alert, AlertRule, ConsumerGroup, ProducerGroup
+from broker.models import Alert, AlertRule, ConsumerGroup, ProducerGroup, Topic
 from broker.rules.alerts import (
     KINDS,
     THRESHOLD_MAX,
@@ -70,7 +70,8 @@ def _bounded(field: str, value: int, low: int, high: int) -> None:
 def alert_rule_values_validate(kind: AlertKind, values: dict[str, Any]) -> None:
     """Check the values of a rule of ``kind`` (the keys of ``CHANGEABLE`` present in
     ``values``): ``group`` "" or the name of an existing producer group (consumer group for
-    ``dlq_growing`` and ``fifo_blocked``), ``threshold`` 0..``THRESHOLD_MAX``, ``window_s``
+    ``dlq_growing`` and ``fifo_blocked``, topic for ``scheduled_overdue``), ``threshold``
+    0..``THRESHOLD_MAX``, ``window_s``
     ``WINDOW_S_MIN``..``WINDOW_S_MAX`` seconds, ``severity`` an ``AlertSeverity``,
     ``repeat_interval_s`` None or 0..``REPEAT_INTERVAL_S_MAX`` seconds, ``description`` at most
     ``DESCRIPTION_MAX_LENGTH`` characters.
@@ -78,7 +79,8 @@ def alert_rule_values_validate(kind: AlertKind, values: dict[str, Any]) -> None:
     Raises:
         InvalidInput: ``invalid_name`` (group), ``invalid_threshold``, ``invalid_window_s``,
             ``invalid_severity``, ``invalid_repeat_interval_s``, ``invalid_description``.
-        NotFound: ``producer_group_not_found`` / ``consumer_group_not_found``.
+        NotFound: ``producer_group_not_found`` / ``consumer_group_not_found`` /
+            ``topic_not_found``.
     """
     group = values.get("group") or ""
     if group:
@@ -86,6 +88,9 @@ def alert_rule_values_validate(kind: AlertKind, values: dict[str, Any]) -> None:
         if KINDS[kind].subject == Subject.CONSUMER_GROUP:
             if not ConsumerGroup.objects.filter(name=group).exists():
                 raise not_found("consumer_group", group)
+        elif KINDS[kind].subject == Subject.TOPIC:
+            if not Topic.objects.filter(name=group).exists():
+                raise not_found("topic", group)
         elif not ProducerGroup.objects.filter(name=group).exists():
             raise not_found("producer_group", group)
     if "threshold" in values:

@@ -5,8 +5,9 @@ turned into Arrow record batches with exactly the table's columns
 Message bodies are never read, except the Op messages' (parsed into ``op_offsets`` by
 ``broker.rules.op_body.op_body_parse``); ``body_size`` is the database's ``LENGTH(body)``. The
 properties and details go out as the database's JSON text; the half and discard properties
-the archive has columns for (REAL_TOPIC, REAL_QID, DISCARD_REASON, HALF_QUEUE_OFFSET) are
-extracted by the database too (``->>``).
+the archive has columns for (REAL_TOPIC, REAL_QID, DISCARD_REASON, HALF_QUEUE_OFFSET, and
+TIMER_DELIVER_MS, TIMER_DEL_UNIQKEY of delay messages and recall markers) are extracted by the
+database too (``->>``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from broker.constants import (
     PROPERTY_HALF_QUEUE_OFFSET,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELIVER_MS,
 )
 from broker.models import DeliveryEvent, Message, Resolution, TransactionEvent
 from broker.pipeline.arrow import arrow_table
@@ -54,6 +57,8 @@ def _commit_log(start_ms: int, end_ms: int) -> Iterator[tuple[Any, ...]]:
             p_real_qid=KT(f"properties__{PROPERTY_REAL_QUEUE_ID}"),
             p_discard_reason=KT(f"properties__{PROPERTY_DISCARD_REASON}"),
             p_half_queue_offset=KT(f"properties__{PROPERTY_HALF_QUEUE_OFFSET}"),
+            p_deliver_ms=KT(f"properties__{PROPERTY_TIMER_DELIVER_MS}"),
+            p_del_key=KT(f"properties__{PROPERTY_TIMER_DEL_UNIQKEY}"),
             op_body=Case(
                 When(topic=OP_HALF_TOPIC, then=F("body")),
                 default=Value(None),
@@ -82,10 +87,15 @@ def _commit_log(start_ms: int, end_ms: int) -> Iterator[tuple[Any, ...]]:
             "op_body",
             "body_size",
             "properties_json",
+            "message_group",
+            "p_deliver_ms",
+            "p_del_key",
         )
         .order_by()
     )
-    for *head, real_topic, real_qid, reason, half_offset, op_body, size, props in _iterate(rows):
+    for row in _iterate(rows):
+        *head, real_topic, real_qid, reason, half_offset, op_body, size, props = row[:-3]
+        group, deliver_ms, del_key = row[-3:]
         yield (
             *head,
             real_topic,
@@ -95,6 +105,9 @@ def _commit_log(start_ms: int, end_ms: int) -> Iterator[tuple[Any, ...]]:
             op_body_parse(op_body).offsets if op_body is not None else None,
             size,
             props,
+            group,
+            _int_or_none(deliver_ms),
+            del_key,
         )
 
 

@@ -7,13 +7,26 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from broker.constants import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
+    PROPERTY_TIMER_DELIVER_MS,
+    TIMER_TOPIC,
+)
 from broker.errors import Conflict, Forbidden, InvalidInput, not_found
-from broker.models import AuditEntry, AuditTarget, ScheduledMessage
+from broker.models import AuditEntry, AuditTarget, Message, ScheduledMessage
 from broker.rules.clock import now_ms
 from broker.rules.grants import OperatorScope
-from broker.rules.timers import RecallHandle, recall_handle_parse
+from broker.rules.timers import RecallHandle, recall_handle_parse, timer_del_uniq_key
 from broker.selectors.scheduled_messages import scheduled_message_find, scheduled_message_of
 from broker.services.access.callers import Caller
+from broker.services.commitlog.storage import (
+    message_new,
+    messages_store,
+    new_msg_id,
+    system_topic_ensure,
+)
 from broker.services.operations.audit import actor_checked, audit_entry_record, reason_checked
 from broker.services.topology import clients
 
@@ -124,7 +137,8 @@ def scheduled_message_recall(
     ``recalled_by`` names who: a producer (``grpc:<client id>``, ``producer:<key name>``) or
     an operator (``console:<user>``, ``operator:<key name>``), who also gives ``via`` (an
     ``AuditEntry.Via``) and a ``reason``; an operator's recall is written to the audit log
-    in the same database transaction.
+    in the same database transaction, as is the recall's delete marker on the timer topic
+    (``recall_marker_store``).
 
     Raises:
         NotFound: ``scheduled_message_not_found``.
@@ -164,6 +178,7 @@ def scheduled_message_recall(
         row.recalled_by = recalled_by
         row.recall_reason = reason[:RECALL_REASON_MAX]
         row.save(update_fields=["state", "ended_timestamp", "recalled_by", "recall_reason"])
+        recall_marker_store(row)
         if via is not None:
             audit_entry_record(
                 action=AuditEntry.Action.RECALL_MESSAGE,
@@ -181,3 +196,32 @@ def scheduled_message_recall(
                 scope={"topic": topic, "msg_id": msg_id},
             )
     return row
+
+
+def recall_marker_store(row: ScheduledMessage) -> Message:
+    """Append the recall of ``row`` to the commit log, as RocketMQ 5.3's RecallMessage does: a
+    delete marker on ``RMQ_SYS_WHEEL_TIMER`` queue 0, its own msg_id, an empty body, with
+    ``TIMER_DEL_UNIQKEY`` ``"<topic>+<msg_id>"`` and the recalled message's ``REAL_TOPIC``,
+    ``REAL_QID`` and ``TIMER_DELIVER_MS``. Call it inside the recall's database transaction:
+    the archive (which exports the commit log, not the index rows) then holds the recall
+    exactly when the database does. No consumer reads the timer topic and the timer moves only
+    index rows, so the marker is never delivered. Returns the stored marker."""
+    marker = message_new(
+        topic=TIMER_TOPIC,
+        queue_id=0,
+        msg_id=new_msg_id(),
+        body=b"",
+        properties={
+            PROPERTY_REAL_TOPIC: row.topic,
+            PROPERTY_REAL_QUEUE_ID: str(row.queue_id),
+            PROPERTY_TIMER_DELIVER_MS: str(row.delivery_timestamp),
+            PROPERTY_TIMER_DEL_UNIQKEY: timer_del_uniq_key(row.topic, row.msg_id),
+        },
+        producer_group=row.producer_group,
+    )
+    try:
+        messages_store([marker])  # inside a savepoint: a LookupError leaves nothing
+    except LookupError:  # the timer topic was deleted since the message was scheduled
+        system_topic_ensure(TIMER_TOPIC, 1)
+        messages_store([marker])
+    return marker

@@ -348,3 +348,28 @@ def test_the_producer_groups_page_shows_each_groups_latest_analytics(viewer, run
     assert re.findall(r'<tr data-group="(\w+)">', section) == ["H"]
     h = re.search(r'<tr data-group="H">(.*?)</tr>', section, re.S).group(1)
     assert re.findall(r'<td class="num">([^<]*)</td>', h)[:2] == ["1", "1"]
+
+
+def test_a_scheduled_undelivered_anomaly_links_to_its_scheduled_message(viewer, groups, topic):
+    from broker.rules.clock import now_ms
+    from broker.services.timers.schedule import message_send_at
+
+    waiting = message_send_at(delivery_timestamp=now_ms() + HOUR, topic="TranTest", body=b"x")
+    found = [
+        anomaly(
+            "scheduled_undelivered",
+            "",
+            msg_id=waiting.msg_id,
+            commit_log_offset=waiting.commit_log_offset,
+            delivery_timestamp=T0 + 60_000,
+        ),
+        anomaly("scheduled_undelivered", "", msg_id="GONE", commit_log_offset=1),
+    ]
+    run = stored_run(anomalies=found)
+    html = viewer.get(run_page(run.pk)).content.decode()
+
+    href = f"/console/scheduled/{waiting.commit_log_offset}/"
+    assert f'<a class="scheduled-link" href="{href}"><code>{waiting.msg_id}</code></a>' in html
+    assert viewer.get(href).status_code == 200
+    assert "scheduled message <code>GONE</code> <small" in html
+    assert "2027-01-15T08:01:00.000Z" in html  # delivery_timestamp, as a time
