@@ -88,3 +88,22 @@ def metadata(client_id: str = "client-1", **extra: str) -> list[tuple[str, str]]
         **extra,
     }
     return list(headers.items())
+
+
+@pytest.fixture(autouse=True)
+def main_thread_event_loop() -> Iterator[None]:
+    """A current event loop in the main thread, as a fresh process has. The official client
+    (5.1.2) opens its Telemetry stream with ``grpc.aio`` from the calling thread, which needs
+    one there; a test run before in the same process can leave the main thread without it
+    (``asyncio.run`` does), and in CI the client then logged "There is no current event loop
+    in thread 'MainThread'" and failed to fetch its route."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -49,22 +49,6 @@ def eventually(
         time.sleep(0.1)
 
 
-def started(make: Callable[[], Any]) -> Any:
-    """A client made by ``make`` and started. The official client (5.1.2) starts its telemetry
-    stream from a thread whose event loop may not be running yet on a loaded machine ("There is
-    no current event loop in thread 'MainThread'"), and its startup then fails to fetch the
-    route: one new client is started in its place, once, as an application would."""
-    client = make()
-    try:
-        client.startup()
-        return client
-    except Exception:  # noqa: BLE001 - the client raises a bare Exception
-        client.shutdown()
-    client = make()
-    client.startup()
-    return client
-
-
 class Checker(TransactionChecker):
     """Answers each back-check with ``resolution`` and remembers the messages checked."""
 
@@ -96,7 +80,8 @@ def checker() -> Checker:
 
 @pytest.fixture
 def producer(config, topic, checker) -> Iterator[Producer]:
-    producer = started(lambda: Producer(config, (topic,), checker))
+    producer = Producer(config, (topic,), checker)
+    producer.startup()
     try:
         yield producer
     finally:
@@ -128,9 +113,8 @@ def test_transactional_send_commit_then_simple_consumer_receives_and_acks(produc
     assert row.producer_groups == [topic] and row.topics == [topic]
     assert row.language == "PYTHON" and row.server
 
-    consumer = started(
-        lambda: SimpleConsumer(config, "billing", {topic: FilterExpression()}, await_duration=5)
-    )
+    consumer = SimpleConsumer(config, "billing", {topic: FilterExpression()}, await_duration=5)
+    consumer.startup()
     try:
         received = eventually(lambda: consumer.receive(32, 15), what="the committed message")
         [got] = received
@@ -195,9 +179,8 @@ def test_a_push_consumer_consumes_and_acks_each_message_once(producer, config, t
         receipt = producer.send(message(topic, f"normal {n}".encode()))
         ids.append(receipt.message_id)
     listener = Listener(ConsumeResult.SUCCESS)
-    consumer = started(
-        lambda: PushConsumer(config, "billing", listener, {topic: FilterExpression()})
-    )
+    consumer = PushConsumer(config, "billing", listener, {topic: FilterExpression()})
+    consumer.startup()
     try:
         eventually(
             lambda: DeliveryEvent.objects.filter(msg_id__in=ids, kind="acked").count() == 3,
@@ -214,9 +197,8 @@ def test_a_failing_push_consumer_sends_the_message_to_the_dlq_after_its_attempts
     consumer_group_create(name="failing", max_delivery_attempts=2)
     receipt = producer.send(message(topic, b"poison"))
     listener = Listener(ConsumeResult.FAILURE)
-    consumer = started(
-        lambda: PushConsumer(config, "failing", listener, {topic: FilterExpression()})
-    )
+    consumer = PushConsumer(config, "failing", listener, {topic: FilterExpression()})
+    consumer.startup()
     try:
         eventually(
             lambda: DeliveryEvent.objects.filter(
