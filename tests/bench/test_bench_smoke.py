@@ -55,7 +55,7 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
         ["scrape_ms_10k", "scrape_ms_1m", "ratio"],
     ),
     "op_ratio": (
-        ["--duration", "3", "--connections", "4"],
+        ["--duration", "2", "--connections", "2"],
         ["resolutions", "op_messages", "op_per_resolution"],
     ),
     "rebuild_cost": (["--transactions", "900"], ["transactions", "rebuild_dry_s", "rebuild_s"]),
@@ -76,8 +76,9 @@ SMOKE: dict[str, tuple[list[str], list[str]]] = {
         + ["ratio_bare", "ratio_rabbitmq"],
     ),
     "visibility": (
-        ["--commits", "30", "--rate", "20", "--consumers", "2", "--calibrate-producers", "4"]
-        + ["--calibrate-s", "2", "--waiters", "20", "--waiter-wait-ms", "3000"],
+        ["--commits", "30", "--rate", "20", "--consumers", "2", "--calibrate-producers", "1"]
+        + ["--calibrate-s", "0.5", "--load-fraction", "0.05", "--waiters", "20"]
+        + ["--waiter-wait-ms", "3000"],
         ["p50_ms", "p99_ms", "healthz_p99_ms", "waiters", "load_fraction", "capacity_tx_per_s"],
     ),
 }

@@ -1,12 +1,12 @@
 """End to end: ``manage.py demo --reconcile``, the quick start's demo carried through the data
-pipeline. On a fresh PostgreSQL database this starts 2 web servers, a Celery worker, beat and
-the ``pipeline`` worker (Spark on ``local[2]``) with the README's short check and archive
-settings, runs the demo with ``--reconcile`` in an environment without them (the README's
-second terminal: the demo waits on the settings the broker answers, ``GET
-/api/v1/broker-settings``, not on its own defaults) and checks the run it prints (3 committed,
-3 rolled back, 4 discarded, no anomaly, its console page) and the same run through the API
-with an admin key. Spark starts in the pipeline worker during the demo's first export (20-40
-s, more on a loaded machine); the timeouts allow minutes.
+pipeline. On a fresh database (a copy of the session's migrated template) this starts 2 web
+servers, a Celery worker, beat and the ``pipeline`` worker (Spark on ``local[2]``) with the
+README's short check and archive settings, runs the demo with ``--reconcile`` in an environment
+without them (the README's second terminal: the demo waits on the settings the broker answers,
+``GET /api/v1/broker-settings``, not on its own defaults) and checks the run it prints (3
+committed, 3 rolled back, 4 discarded, no anomaly, its console page) and the same run through
+the API with an admin key. Spark starts in the pipeline worker during the demo's first export
+(20-40 s, more on a loaded machine); the timeouts allow minutes.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
 
-from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage, pg_database
+from tests.e2e.processes import ROOT, Stack, broker_env, free_port, manage
 
 pytestmark = pytest.mark.e2e
 
@@ -39,19 +41,20 @@ ARCHIVE_TIMEOUT_S = 300  # the archive standing still: Spark's start on a loaded
 DEMO_TIMEOUT_S = 60 + 2 * ARCHIVE_TIMEOUT_S + RECONCILE_TIMEOUT_S  # the demo, archive, run
 
 
-def test_the_demo_ends_with_a_clean_reconciliation_of_its_transactions(tmp_path: Path) -> None:
+def test_the_demo_ends_with_a_clean_reconciliation_of_its_transactions(
+    tmp_path: Path, migrated_database: Callable[[str], AbstractContextManager[str]]
+) -> None:
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
     with redis.Redis.from_url(redis_url) as r:
         r.flushdb()  # no Celery task left by other tests
     name = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_demo_reconcile"
-    with pg_database(name) as database_url:
+    with migrated_database(name) as database_url:
         env = broker_env(
             database_url=database_url,
             redis_url=redis_url,
             var_dir=tmp_path / "var",
             settings={**SHORT_SETTINGS, **SPARK_SETTINGS},
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
         token = manage(env, "create_access_key", "x", "--admin").split()[-1]
         stack = Stack(env, tmp_path)
         try:

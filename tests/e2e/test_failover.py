@@ -2,7 +2,7 @@
 test's own (``tests.e2e.ha_cluster``: a monitor, a primary, a synchronous standby), the
 broker's processes reaching it through a multi-host ``DATABASE_URL``.
 
-- One round of ``bench/chaos.py --failover``: the primary's machine lost under load (8
+- One round of ``bench/chaos.py --failover``: the primary's machine lost under load (3
   producers, 2 consumers), the standby promoted; nothing acknowledged lost or doubled, the
   rebuild finds no difference, no 5xx but 503s, and writes are accepted again within 30 s.
 - Ambiguous outcomes across a failover, one of each, deterministically:
@@ -46,7 +46,9 @@ RECOVERY_S = 60.0  # the longest the broker may take to take writes again after 
 
 
 def test_one_failover_round_loses_nothing_and_doubles_nothing(tmp_path: Path) -> None:
-    figures, status, output = chaos_run(tmp_path, "--failover", "--rounds", "1", "--round-s", "10")
+    figures, status, output = chaos_run(
+        tmp_path, "--failover", "--rounds", "1", "--round-s", "10", "--producers", "3"
+    )
 
     assert figures["rounds"] == 1 and figures["acked"] > 0, output
     zeros = {name: figures[name] for name in ("lost", "doubled", "rebuild_diffs", "api_5xx")}

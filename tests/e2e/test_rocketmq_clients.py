@@ -37,7 +37,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -59,7 +59,6 @@ from tests.e2e.processes import (
     console_sign_in,
     free_port,
     manage,
-    pg_database,
     tail,
 )
 
@@ -284,19 +283,22 @@ def last_line(output: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def halfmoon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Halfmoon]:
+def halfmoon(
+    tmp_path_factory: pytest.TempPathFactory,
+    migrated_database: Callable[[str], AbstractContextManager[str]],
+    static_files: Callable[[Path], None],
+) -> Iterator[Halfmoon]:
     tmp = tmp_path_factory.mktemp("rocketmq")
     with redis.Redis.from_url(REDIS_URL) as r:
         r.flushdb()
-    with pg_database(PG_DATABASE) as database_url:
+    with migrated_database(PG_DATABASE) as database_url:
         env = broker_env(
             database_url=database_url,
             redis_url=REDIS_URL,
             var_dir=tmp / "var",
             settings=CHECK_SETTINGS,
         )
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
+        static_files(tmp / "var")
         manage(env, "create_console_user", "operator", "--role", "operator",
                "--password", OPERATOR_PASSWORD)  # fmt: skip
         admin_token = last_line(manage(env, "create_access_key", "e2e-admin", "--admin"))

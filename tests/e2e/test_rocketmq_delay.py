@@ -53,10 +53,14 @@ pytestmark = pytest.mark.e2e
 
 DATABASE = os.environ.get("HALFMOON_TEST_DATABASE", "test_halfmoon") + "_rocketmq_delay"
 DELAY_MS = 3000
-ON_TIME_MS = 2500
-"""How late after its due time a delay message may be stored on its topic and handed out: half
-the timer's idle recheck (``HELD_RECHECK_S``, 5 s), so a timer that missed its due time and
-woke on the recheck fails; the rest is margin for a loaded CI machine (1.35 s seen there)."""
+ON_TIME_MS = 1000
+"""How late after its due time a delay message is stored on its topic and handed out (issue 38:
+"received within 1 s after it"), judged on the median of ``ON_TIME_SENDS`` messages so that one
+message held up by a loaded CI machine (1.35 s seen there once) does not decide it."""
+LATE_BOUND_MS = 2500
+"""How late any one delay message may be: half the timer's idle recheck (``HELD_RECHECK_S``,
+5 s), so a timer that missed its due time and woke on the recheck fails."""
+ON_TIME_SENDS = 3
 TOPICS = ("DelayTopic", "RecallTopic", "LateRecallTopic", "CrossTopic", "ConsoleTopic")
 CONSUMER_GROUPS = (
     "DelayConsumers",
@@ -134,37 +138,52 @@ def handed_out(hm: Halfmoon, group: str, msg_id: str) -> list[tuple[int]]:
 
 def test_a_delay_message_arrives_at_its_time_not_before(broker: Halfmoon) -> None:
     hm = broker
-    waiting = consumer(hm, "delay-consumer", "DelayConsumers", "DelayTopic", "--count", "1")
-    producer = hm.client("delay-producer", "producer", "--topic", "DelayTopic", "--send", "1",
-                         "--delay-ms", str(DELAY_MS), "--body-prefix", "in 3 s")  # fmt: skip
-    hm.wait("the delay send", lambda: bool(producer.of("sent")) or exited_early(producer))
-    sent = producer.one("sent")
-    due = sent["delivery_timestamp"]
-    assert sent["recall_handle"], producer.report()
-    rows = hm.sql(
-        "SELECT state, delivery_timestamp, topic FROM broker_scheduledmessage WHERE msg_id = %s",
-        sent["message_id"],
+    waiting = consumer(hm, "delay-consumer", "DelayConsumers", "DelayTopic",
+                       "--count", str(ON_TIME_SENDS))  # fmt: skip
+    producer = hm.client("delay-producer", "producer", "--topic", "DelayTopic",
+                         "--send", str(ON_TIME_SENDS), "--delay-ms", str(DELAY_MS),
+                         "--body-prefix", "in 3 s")  # fmt: skip
+    hm.wait(
+        "the delay sends",
+        lambda: len(producer.of("sent")) == ON_TIME_SENDS or exited_early(producer),
     )
-    assert rows in ([("SCHEDULED", due, "DelayTopic")], [("DELIVERED", due, "DelayTopic")])
+    sent = producer.of("sent")
+    assert len(sent) == ON_TIME_SENDS, producer.report()
+    for one in sent:
+        assert one["recall_handle"], producer.report()
+        rows = hm.sql(
+            "SELECT state, delivery_timestamp, topic FROM broker_scheduledmessage "
+            "WHERE msg_id = %s",
+            one["message_id"],
+        )
+        due = one["delivery_timestamp"]
+        assert rows in ([("SCHEDULED", due, "DelayTopic")], [("DELIVERED", due, "DelayTopic")])
 
-    hm.wait("the delay message", lambda: bool(waiting.of("received")) or exited(waiting))
-    report = hm.report()
-    received = waiting.one("received")
-    assert (received["message_id"], received["body"]) == (sent["message_id"], "in 3 s 0"), report
-    assert received["message_type"] == DELAY, report
-    assert received["delivery_timestamp"] == due, report
-    # Not before its time, and on time: the broker's own clock, then the client's.
-    [(stored,)] = stored_copy(hm, "DelayTopic", sent["message_id"])
-    [(handed,)] = handed_out(hm, "DelayConsumers", sent["message_id"])
-    assert due <= stored < due + ON_TIME_MS, (due, stored, report)
-    assert stored <= handed < due + ON_TIME_MS, (due, handed, report)
-    assert received["received_ms"] >= due, (due, received, report)
-    assert sent["sent_ms"] < due, sent  # the consumer was waiting while it was scheduled
-    delivered = hm.sql(
-        "SELECT state, ended_timestamp FROM broker_scheduledmessage WHERE msg_id = %s",
-        sent["message_id"],
+    hm.wait(
+        "the delay messages",
+        lambda: len(waiting.of("received")) == ON_TIME_SENDS or exited(waiting),
     )
-    assert delivered == [("DELIVERED", stored)], report
+    report = hm.report()
+    received = {m["message_id"]: m for m in waiting.of("received")}
+    assert sorted(received) == sorted(m["message_id"] for m in sent), report
+    late: list[int] = []  # how late each was handed out (ms after its due time)
+    for i, one in enumerate(sent):
+        due, got = one["delivery_timestamp"], received[one["message_id"]]
+        assert (got["body"], got["message_type"]) == (f"in 3 s {i}", DELAY), report
+        assert got["delivery_timestamp"] == due, report
+        # Never before its time: the broker's own clock, then the client's.
+        [(stored,)] = stored_copy(hm, "DelayTopic", one["message_id"])
+        [(handed,)] = handed_out(hm, "DelayConsumers", one["message_id"])
+        assert due <= stored <= handed < due + LATE_BOUND_MS, (due, stored, handed, report)
+        assert got["received_ms"] >= due, (due, got, report)
+        assert one["sent_ms"] < due, one  # the consumer was waiting while it was scheduled
+        delivered = hm.sql(
+            "SELECT state, ended_timestamp FROM broker_scheduledmessage WHERE msg_id = %s",
+            one["message_id"],
+        )
+        assert delivered == [("DELIVERED", stored)], report
+        late.append(handed - due)
+    assert sorted(late)[len(late) // 2] < ON_TIME_MS, (late, report)
     assert waiting.proc.wait(timeout=30) == 0, waiting.report()
 
 
@@ -256,8 +275,7 @@ def test_a_grpc_delay_message_is_received_over_http_at_its_time(broker: Halfmoon
     [(stored,)] = stored_copy(hm, "CrossTopic", sent["message_id"])
     [(handed,)] = handed_out(hm, "CrossConsumers", sent["message_id"])
     assert got[0]["store_timestamp"] == stored
-    assert due <= stored < due + ON_TIME_MS, (due, stored, report)
-    assert stored <= handed < due + ON_TIME_MS, (due, handed, polls, report)
+    assert due <= stored <= handed < due + LATE_BOUND_MS, (due, stored, handed, polls, report)
 
 
 def test_an_operator_recalls_a_scheduled_message_from_the_console(broker: Halfmoon) -> None:

@@ -80,6 +80,25 @@ def action_validate(action: str, allowed: Sequence[str]) -> None:
         )
 
 
+def message_type_resolve(
+    *, transactional: bool = False, delivery_timestamp: int | None = None, message_group: str = ""
+) -> TopicMessageType:
+    """The one type of a message (``broker.rules.message_types.message_type_of``: a half
+    message, a delivery time in ms, a message group), before any topic is read.
+
+    Raises:
+        InvalidInput: ``message_type_conflict`` (two types at once).
+    """
+    try:
+        return message_type_of(
+            transactional=transactional,
+            delivery_timestamp=delivery_timestamp,
+            message_group=message_group,
+        )
+    except MessageTypeConflict as exc:
+        raise InvalidInput(str(exc), code=exc.code) from None
+
+
 def message_type_check(
     topic: Topic,
     *,
@@ -98,14 +117,11 @@ def message_type_check(
             ``message_type_mismatch`` (the topic does not accept the type), ``details``:
             ``topic``, ``topic_message_type``, ``message_type``, ``accepted_message_types``.
     """
-    try:
-        message_type = message_type_of(
-            transactional=transactional,
-            delivery_timestamp=delivery_timestamp,
-            message_group=message_group,
-        )
-    except MessageTypeConflict as exc:
-        raise InvalidInput(str(exc), code=exc.code) from None
+    message_type = message_type_resolve(
+        transactional=transactional,
+        delivery_timestamp=delivery_timestamp,
+        message_group=message_group,
+    )
     if not topic_accepts(topic.message_type, message_type):
         raise InvalidInput(
             mismatch_message(

@@ -21,6 +21,7 @@ from broker.rules.clock import now_ms
 from broker.rules.timers import DeliveryTimeError, delay_level_ms, is_scheduled
 from broker.services.commitlog.messages import message_plan, message_send
 from broker.services.commitlog.storage import message_new, messages_store, system_topic_ensure
+from broker.services.commitlog.validation import message_type_resolve
 
 
 def delivery_timestamp_of(*, deliver_at: int | None, delay_level: int | None, now: int) -> int:
@@ -65,12 +66,10 @@ def message_send_at(*, delivery_timestamp: int, **send: Any) -> Message | Schedu
             ahead (RocketMQ ``timerMaxDelaySec``); ``message_type_conflict`` with a
             ``message_group`` (a message is FIFO or DELAY, not both); ``message_send``'s errors.
     """
-    if send.get("message_group"):
-        raise InvalidInput(
-            "A FIFO message (message_group) may not also have a delivery time.",
-            code="message_type_conflict",
-            details={"message_group": send["message_group"]},
-        )
+    # A FIFO message with a time is refused as such, whether or not the time is legal.
+    message_type_resolve(
+        delivery_timestamp=delivery_timestamp, message_group=send.get("message_group") or ""
+    )
     now = now_ms()
     try:
         scheduled = is_scheduled(
