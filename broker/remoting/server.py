@@ -61,6 +61,8 @@ class RemotingServer:
         self.workers = Workers(settings.HALFMOON_REMOTING_THREADS)
         self._connections: dict[str, list[Connection]] = {}
         self._servers: list[asyncio.Server] = []
+        self._serving: set[asyncio.Task[None]] = set()
+        self._open: set[Connection] = set()
         self._listener_task: asyncio.Task[None] | None = None
         self.listener: TelemetryCommandListener | None = None
 
@@ -104,9 +106,10 @@ class RemotingServer:
         """Stop listening, close the clients' connections, end the check listener."""
         for server in self._servers:
             server.close()
-        for held in list(self._connections.values()):
-            for conn in held:
-                conn.writer.close()
+        for conn in list(self._open):
+            conn.writer.close()
+        if self._serving:  # their clients disconnected in the database
+            await asyncio.wait(self._serving, timeout=5)
         if self._listener_task is not None:
             self._listener_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -130,9 +133,15 @@ class RemotingServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+        self._open.add(conn)
         try:
             await conn.serve(self._dispatch)
         finally:
+            self._open.discard(conn)
             held = self._connections.get(conn.client_id, [])
             if conn in held:
                 held.remove(conn)

@@ -279,4 +279,3 @@ def test_plain_sends_keep_the_clients_message_id(remoting: tuple[Halfmoon, str, 
             assert message["properties"].get("userProp") == f"v{event['value']}"
     finally:
         client.kill()
-

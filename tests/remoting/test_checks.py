@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from broker.models import Transaction
+from broker.models import ClientConnection, Transaction
 from broker.remoting import codes
 from broker.rules.remoting_messages import (
     MESSAGE_MAGIC_CODE,
@@ -125,8 +125,11 @@ def test_a_check_for_a_client_without_connection_here_is_undelivered(
     tx = Transaction.objects.get(pk=UNIQ)
     client.close()  # the connection closes: the client is disconnected
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and remoting_server.server.connections_of(CLIENT_ID):
+    row = ClientConnection.objects.get(pk=CLIENT_ID)
+    while time.monotonic() < deadline and row.disconnected_timestamp is None:
         time.sleep(0.05)
+        row.refresh_from_db()
+    assert not remoting_server.server.connections_of(CLIENT_ID)
     (outcome,) = telemetry_checks_send([_job(tx, CLIENT_ID)])
     assert not outcome.delivered
     assert "no live" in outcome.error

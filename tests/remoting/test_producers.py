@@ -128,19 +128,26 @@ def test_a_broken_compressed_body_is_message_illegal(client: FrameClient, topic)
     assert not Message.objects.filter(topic=topic).exists()
 
 
+def test_delay_level_zero_is_a_normal_send(client: FrameClient, topic):
+    assert client.request(codes.SEND_MESSAGE, send_ext(topic, DELAY="0"), b"now").code == 0
+    assert Message.objects.get(topic=topic).msg_id == UNIQ
+    assert not ScheduledMessage.objects.exists()
+
+
 def test_send_to_an_unknown_topic_is_topic_not_exist(client: FrameClient):
     response = client.request(codes.SEND_MESSAGE, send_ext("Nowhere"), b"b")
     assert response.code == codes.TOPIC_NOT_EXIST
 
 
-def test_a_delay_level_waits_on_the_timer(client: FrameClient, topic):
+@pytest.mark.parametrize(("level", "delay_ms"), [("3", 10_000), ("25", 7_200_000)])
+def test_a_delay_level_waits_on_the_timer(client: FrameClient, topic, level, delay_ms):
     before = int(time.time() * 1000)
-    response = client.request(codes.SEND_MESSAGE, send_ext(topic, DELAY="3"), b"later")
+    response = client.request(codes.SEND_MESSAGE, send_ext(topic, DELAY=level), b"later")
     after = int(time.time() * 1000)
     assert response.code == codes.SUCCESS, response.remark
     waiting = ScheduledMessage.objects.get(msg_id=UNIQ)
     assert waiting.topic == topic
-    assert before + 10_000 <= waiting.delivery_timestamp <= after + 10_000  # level 3: 10 s
+    assert before + delay_ms <= waiting.delivery_timestamp <= after + delay_ms  # above 18: 18
     assert not Message.objects.filter(topic=topic).exists()
     _, _, offset = offset_msg_id_parse(response.ext_fields["msgId"])
     assert offset == waiting.commit_log_offset
