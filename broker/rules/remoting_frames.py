@@ -9,7 +9,6 @@ A frame is ``[int32 total = 4 + headerLen + bodyLen][int32 (serializeType << 24)
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +60,18 @@ def ext_str(value: Any) -> str:
         return value
     if value is None:
         return ""
-    return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value)
+
+
+def _int(data: bytes, at: int, size: int) -> int:
+    """The big-endian signed integer of ``size`` bytes at ``at`` (Java's int types).
+
+    Raises:
+        FrameError: ``data`` ends before it.
+    """
+    if at + size > len(data):
+        raise FrameError(f"{size}-byte field at {at} beyond {len(data)} bytes")
+    return int.from_bytes(data[at : at + size], "big", signed=True)
 
 
 def frame_length(prefix: bytes) -> int:
@@ -70,7 +80,7 @@ def frame_length(prefix: bytes) -> int:
     Raises:
         FrameError: shorter than the header-length field, or above ``FRAME_MAX``.
     """
-    (total,) = struct.unpack(">i", prefix)
+    total = _int(prefix, 0, 4)
     if total < 4 or total > FRAME_MAX:
         raise FrameError(f"frame length {total} out of range")
     return total
@@ -82,13 +92,10 @@ def frame_decode(frame: bytes) -> RemotingCommand:
     Raises:
         FrameError: a header that does not fit, an unknown serializeType, an unreadable header.
     """
-    if len(frame) < 4:
-        raise FrameError("frame shorter than its header length")
-    (mark,) = struct.unpack(">i", frame[:4])
-    serialize_type = (mark >> 24) & 0xFF
-    header_length = mark & 0xFFFFFF
+    header_length = int.from_bytes(frame[1:4], "big")
     if 4 + header_length > len(frame):
         raise FrameError(f"header length {header_length} beyond the frame")
+    serialize_type = frame[0]
     header = frame[4 : 4 + header_length]
     body = frame[4 + header_length :]
     if serialize_type == SERIALIZE_JSON:
@@ -103,14 +110,14 @@ def frame_decode(frame: bytes) -> RemotingCommand:
 
 def _json_header(header: bytes) -> RemotingCommand:
     try:
-        data = json.loads(header.decode("utf-8"))
+        data = json.loads(header.decode())
         ext = data.get("extFields") or {}
         return RemotingCommand(
             code=int(data["code"]),
-            opaque=int(data.get("opaque", 0)),
-            flag=int(data.get("flag", 0)),
-            language=str(data.get("language", "JAVA")),
-            version=int(data.get("version", 0)),
+            opaque=int(data.get("opaque") or 0),
+            flag=int(data.get("flag") or 0),
+            language=str(data.get("language") or "JAVA"),
+            version=int(data.get("version") or 0),
             remark=ext_str(data.get("remark")),
             ext_fields={str(k): ext_str(v) for k, v in ext.items()},
         )
@@ -121,38 +128,43 @@ def _json_header(header: bytes) -> RemotingCommand:
 def _binary_header(header: bytes) -> RemotingCommand:
     """Java ``RocketMQSerializable.rocketMQProtocolDecode``: code i16, language u8, version
     i16, opaque i32, flag i32, remark (i32 length + UTF-8), extFields (i32 total length, then
-    per entry i16 key length + key, i32 value length + value)."""
-    try:
-        code, language, version, opaque, flag, remark_length = struct.unpack_from(
-            ">hBhiii", header, 0
+    per entry i16 key length + key, i32 value length + value).
+
+    Raises:
+        FrameError: a field beyond the header, entries overrunning their length, bad UTF-8.
+    """
+    remark_length = max(_int(header, 13, 4), 0)
+    language = header[2]
+    at = 17 + remark_length
+    remark = header[17:at]
+    ext_end = at + 4 + _int(header, at, 4)
+    at += 4
+    if ext_end > len(header):
+        raise FrameError(
+            f"binary header extFields end at {ext_end}, beyond its {len(header)} bytes"
         )
-        at = 17
-        remark = header[at : at + remark_length].decode("utf-8") if remark_length > 0 else ""
-        at += max(remark_length, 0)
-        (ext_length,) = struct.unpack_from(">i", header, at)
-        at += 4
-        end = at + ext_length
-        ext: dict[str, str] = {}
-        while at < end:
-            (key_length,) = struct.unpack_from(">h", header, at)
-            key = header[at + 2 : at + 2 + key_length].decode("utf-8")
-            at += 2 + key_length
-            (value_length,) = struct.unpack_from(">i", header, at)
-            ext[key] = header[at + 4 : at + 4 + value_length].decode("utf-8")
-            at += 4 + value_length
-        if at != end or end > len(header):
-            raise FrameError("binary header extFields overrun")
-    except (struct.error, UnicodeDecodeError) as exc:
-        raise FrameError(f"unreadable binary header: {exc}") from None
-    return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        language=LANGUAGES[language] if language < len(LANGUAGES) else "OTHER",
-        version=version,
-        remark=remark,
-        ext_fields=ext,
-    )
+    entries: list[tuple[bytes, bytes]] = []
+    while at < ext_end:
+        key_length = _int(header, at, 2)
+        key = header[at + 2 : at + 2 + key_length]
+        at += 2 + key_length
+        value_length = _int(header, at, 4)
+        entries.append((key, header[at + 4 : at + 4 + value_length]))
+        at += 4 + value_length
+    if at != ext_end:
+        raise FrameError(f"binary header extFields end at {at}, not at {ext_end}")
+    try:
+        return RemotingCommand(
+            code=_int(header, 0, 2),
+            opaque=_int(header, 5, 4),
+            flag=_int(header, 9, 4),
+            language=LANGUAGES[language] if language < len(LANGUAGES) else "OTHER",
+            version=_int(header, 3, 2),
+            remark=remark.decode(),
+            ext_fields={k.decode(): v.decode() for k, v in entries},
+        )
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"binary header not UTF-8: {exc.reason}") from None
 
 
 def frame_encode(command: RemotingCommand) -> bytes:
@@ -169,12 +181,9 @@ def frame_encode(command: RemotingCommand) -> bytes:
         "extFields": {k: ext_str(v) for k, v in command.ext_fields.items()},
         "serializeTypeCurrentRPC": "JSON",
     }
-    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    return (
-        struct.pack(">ii", 4 + len(encoded) + len(command.body), len(encoded))
-        + encoded
-        + command.body
-    )
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    total = 4 + len(encoded) + len(command.body)
+    return total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big") + encoded + command.body
 
 
 def response_of(

@@ -128,7 +128,7 @@ class MessageExt:
 
 
 def _host(host: tuple[str, int]) -> bytes:
-    return ipaddress.IPv4Address(host[0]).packed + struct.pack(">i", host[1])
+    return ipaddress.IPv4Address(host[0]).packed + host[1].to_bytes(4, "big", signed=True)
 
 
 def message_ext_encode(message: MessageExt) -> bytes:
@@ -141,8 +141,8 @@ def message_ext_encode(message: MessageExt) -> bytes:
     Raises:
         ValueError: a topic over 255 or properties over 65535 bytes of UTF-8.
     """
-    topic = message.topic.encode("utf-8")
-    properties = properties_encode(message.properties).encode("utf-8")
+    topic = message.topic.encode()
+    properties = properties_encode(message.properties).encode()
     if len(topic) > 255:
         raise ValueError("a topic takes at most 255 bytes")
     if len(properties) > 0xFFFF:

@@ -24,7 +24,7 @@ from broker.rules.remoting_frames import (
 
 def _json_frame(header: dict, body: bytes = b"", serialize_type: int = 0) -> bytes:
     encoded = json.dumps(header).encode()
-    return struct.pack(">i", (serialize_type << 24) | len(encoded)) + encoded + body
+    return struct.pack(">I", (serialize_type << 24) | len(encoded)) + encoded + body
 
 
 def test_ext_str_keeps_the_writers_text():
@@ -163,3 +163,91 @@ def test_response_encoding_is_exact():
         body=b"xy",
     )
     assert FLAG_ONEWAY == 2
+
+
+def test_json_header_without_flag_opaque_or_version():
+    command = frame_decode(_json_frame({"code": 34, "language": None}))
+    assert (command.flag, command.opaque, command.version, command.language) == (0, 0, 0, "JAVA")
+    assert not command.oneway
+
+
+def test_ext_str_of_containers_is_their_json():
+    assert ext_str([1, "a"]) == '[1, "a"]'
+
+
+def test_binary_header_signed_fields_one_char_remark_and_last_language():
+    header = _binary_header(-2, 9, -3, -1, -5, b"r", [(b"key", b"")])
+    command = frame_decode(struct.pack(">i", (1 << 24) | len(header)) + header)
+    assert (command.code, command.version, command.opaque, command.flag) == (-2, -3, -1, -5)
+    assert (command.language, command.remark, command.ext_fields) == ("GO", "r", {"key": ""})
+    unknown = _binary_header(1, 10, 1, 1, 0, b"", [])
+    assert frame_decode(struct.pack(">i", (1 << 24) | len(unknown)) + unknown).language == "OTHER"
+
+
+def test_binary_header_negative_remark_length_is_none():
+    header = struct.pack(">hBhiii", 1, 0, 1, 1, 0, -1) + struct.pack(">i", 0)
+    command = frame_decode(struct.pack(">i", (1 << 24) | len(header)) + header)
+    assert (command.remark, command.ext_fields) == ("", {})
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (
+            _binary_header(34, 0, 1, 1, 0, b"", [(b"a", b"b")])[:-1],
+            "end at 29, beyond its 28 bytes",
+        ),
+        (struct.pack(">hBhiii", 1, 0, 1, 1, 0, 0) + struct.pack(">i", -1), "end at 21, not at 20"),
+        (struct.pack(">hBhii", 1, 0, 1, 1, 0), "4-byte field at 13 beyond 13 bytes"),
+        (
+            _binary_header(34, 0, 1, 1, 0, b"\xff", []),
+            "binary header not UTF-8: invalid start byte",
+        ),
+        (_binary_header(34, 0, 1, 1, 0, b"", [(b"\xff", b"")]), "not UTF-8"),
+        (_binary_header(34, 0, 1, 1, 0, b"", [(b"k", b"\xff")]), "not UTF-8"),
+    ],
+)
+def test_binary_header_refusals(header, message):
+    """Each refusal names its cause (a value too long for its entry is an overrun too)."""
+    with pytest.raises(FrameError, match=message):
+        frame_decode(struct.pack(">i", (1 << 24) | len(header)) + header)
+
+
+@pytest.mark.parametrize(
+    ("frame", "message"),
+    [
+        (b"", "header length 0 beyond the frame"),
+        (b"\x00\x00", "header length 0 beyond the frame"),
+        (struct.pack(">i", 50) + b"{}", "header length 50 beyond the frame"),
+        (_json_frame({"code": 1}, serialize_type=2), "unknown serializeType 2"),
+        (_json_frame({"code": 1}, serialize_type=255), "unknown serializeType 255"),
+        (_json_frame({"nocode": 1}), "unreadable JSON header: 'code'"),
+        (struct.pack(">i", 0), "unreadable JSON header: Expecting value"),
+    ],
+)
+def test_unreadable_frames_say_why(frame, message):
+    with pytest.raises(FrameError, match=message):
+        frame_decode(frame)
+
+
+def test_frame_length_is_signed():
+    with pytest.raises(FrameError, match="frame length -5 out of range"):
+        frame_length(struct.pack(">i", -5))
+    with pytest.raises(FrameError, match="4-byte field at 0 beyond 3 bytes"):
+        frame_length(b"\x00\x00\x04")
+
+
+def test_response_defaults():
+    response = response_of(RemotingCommand(code=34, opaque=5), 0)
+    assert response == RemotingCommand(
+        code=0, opaque=5, flag=1, language="JAVA", version=401, remark="", ext_fields={}, body=b""
+    )
+
+
+def test_binary_header_entry_overrunning_its_length():
+    entries = struct.pack(">h", 1) + b"k" + struct.pack(">i", 3) + b"vvv"
+    header = (
+        struct.pack(">hBhiii", 1, 0, 1, 1, 0, 0) + struct.pack(">i", len(entries) - 2) + entries
+    )
+    with pytest.raises(FrameError, match="end at 31, not at 29"):
+        frame_decode(struct.pack(">i", (1 << 24) | len(header)) + header)

@@ -195,3 +195,50 @@ def test_message_ext_limits():
     )
     with pytest.raises(ValueError):
         message_ext_encode(MessageExt(topic="", body=b"", properties={"k": "v" * (0xFFFF - 2)}))
+
+
+def test_properties_decode_splits_at_the_first_separator():
+    assert properties_decode("a\x01b\x01c\x02") == {"a": "b\x01c"}
+
+
+def test_offset_msg_id_is_signed_like_java():
+    assert offset_msg_id("127.0.0.1", -1, -1) == "7F000001" + "F" * 24
+    assert offset_msg_id_parse("7F000001" + "F" * 24) == ("127.0.0.1", -1, -1)
+
+
+def test_offset_msg_id_parse_says_why():
+    with pytest.raises(ValueError, match="an offsetMsgId has 32 hex characters, not 12"):
+        offset_msg_id_parse("NOT-A-HEX-ID")
+
+
+def test_message_ext_signed_fields_and_flags():
+    record = message_ext_encode(
+        MessageExt(
+            topic="T",
+            body=b"",
+            properties={},
+            queue_id=-1,
+            flag=-2,
+            queue_offset=-3,
+            commit_log_offset=-4,
+            sys_flag=0x1 | 0x4 | 0x30,
+            born_timestamp=-5,
+            born_host=("1.2.3.4", -6),
+            store_timestamp=-7,
+            store_host=("5.6.7.8", -8),
+            reconsume_times=-9,
+            prepared_transaction_offset=-10,
+        )
+    )
+    assert struct.unpack_from(">iiqqiq", record, 12) == (-1, -2, -3, -4, 5, -5)
+    assert record[48:56] == bytes([1, 2, 3, 4]) + struct.pack(">i", -6)
+    assert struct.unpack_from(">q", record, 56) == (-7,)
+    assert record[64:72] == bytes([5, 6, 7, 8]) + struct.pack(">i", -8)
+    assert struct.unpack_from(">iqi", record, 72) == (-9, -10, 0)
+
+
+def test_message_ext_limits_say_why():
+    with pytest.raises(ValueError, match="a topic takes at most 255 bytes"):
+        message_ext_encode(MessageExt(topic="t" * 256, body=b"", properties={}))
+    with pytest.raises(ValueError, match="properties take at most 65535 bytes"):
+        message_ext_encode(MessageExt(topic="", body=b"", properties={"k": "v" * 0xFFFF}))
