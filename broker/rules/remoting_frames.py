@@ -194,13 +194,12 @@ def response_of(
     ext_fields: dict[str, Any] | None = None,
     body: bytes = b"",
 ) -> RemotingCommand:
-    """The response to ``request``: its opaque, ``FLAG_RESPONSE``, language JAVA, version
-    401 (V4_9_4, as a 4.x broker answers)."""
+    """The response to ``request``: its opaque, ``FLAG_RESPONSE``, language JAVA (the
+    default), version 401 (V4_9_4, as a 4.x broker answers)."""
     return RemotingCommand(
         code=code,
         opaque=request.opaque,
         flag=FLAG_RESPONSE,
-        language="JAVA",
         version=401,
         remark=remark,
         ext_fields={k: ext_str(v) for k, v in (ext_fields or {}).items()},

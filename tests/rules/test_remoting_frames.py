@@ -219,6 +219,7 @@ def test_binary_header_refusals(header, message):
         (b"", "header length 0 beyond the frame"),
         (b"\x00\x00", "header length 0 beyond the frame"),
         (struct.pack(">i", 50) + b"{}", "header length 50 beyond the frame"),
+        (struct.pack(">i", 0x10000) + b"{}", "header length 65536 beyond the frame"),
         (_json_frame({"code": 1}, serialize_type=2), "unknown serializeType 2"),
         (_json_frame({"code": 1}, serialize_type=255), "unknown serializeType 255"),
         (_json_frame({"nocode": 1}), "unreadable JSON header: 'code'"),
