@@ -45,6 +45,7 @@ SECTIONS = (
     "Database",
     "Serving",
     "gRPC server",
+    "RocketMQ 4.x remoting server",
     "Django, security and sign-in",
     "Alerts and e-mail",
     "Data pipeline",
@@ -98,6 +99,26 @@ ENTRIES: dict[str, Entry] = {
     ),
     "HALFMOON_GRPC_THREADS": Entry(
         "gRPC server", "threads", "Threads per gRPC process running the service calls."
+    ),
+    "HALFMOON_REMOTING_HOST": Entry(
+        "RocketMQ 4.x remoting server", "address", "Where it listens (unset: `HALFMOON_HOST`)."
+    ),
+    "HALFMOON_NAMESRV_PORT": Entry(
+        "RocketMQ 4.x remoting server", "port", "The NameServer port 4.x clients are given."
+    ),
+    "HALFMOON_REMOTING_PORT": Entry(
+        "RocketMQ 4.x remoting server", "port", "The broker port (RocketMQ's listenPort)."
+    ),
+    "HALFMOON_REMOTING_ADVERTISED_ADDRESS": Entry(
+        "RocketMQ 4.x remoting server",
+        "IPv4:port",
+        "The broker address routes name (unset: 127.0.0.1 and the broker port).",
+    ),
+    "HALFMOON_REMOTING_ALLOW_ANONYMOUS": Entry(
+        "RocketMQ 4.x remoting server", "bool", "Serve requests without ACL (none is checked yet)."
+    ),
+    "HALFMOON_REMOTING_THREADS": Entry(
+        "RocketMQ 4.x remoting server", "threads", "Threads per process running the services."
     ),
     "DJANGO_SECRET_KEY": Entry(
         "Django, security and sign-in", "-", "Django's key; the development key is refused."

@@ -60,3 +60,15 @@ HALFMOON_GRPC_ALLOW_ANONYMOUS = env_bool("HALFMOON_GRPC_ALLOW_ANONYMOUS", False)
 # Threads per gRPC process running the calls' service calls (each holds a database connection
 # while it runs); long polls and telemetry streams wait in the event loop, not in a thread.
 HALFMOON_GRPC_THREADS = env_int("HALFMOON_GRPC_THREADS", 8, minimum=1)
+
+# --- RocketMQ 4.x remoting server (python -m halfmoon.remoting, broker.remoting; ------------------
+# docs/rocketmq-clients.md "RocketMQ 4.x clients (remoting)"). One process serves the NameServer
+# port and the broker port; GET_ROUTEINFO_BY_TOPIC names HALFMOON_REMOTING_ADVERTISED_ADDRESS
+# ("IPv4:port"; default 127.0.0.1 and the broker port), the address clients reach the broker at.
+HALFMOON_REMOTING_HOST = env_str("HALFMOON_REMOTING_HOST", "") or HALFMOON_HOST
+HALFMOON_NAMESRV_PORT = env_int("HALFMOON_NAMESRV_PORT", 9876, minimum=1, maximum=65535)
+HALFMOON_REMOTING_PORT = env_int("HALFMOON_REMOTING_PORT", 10911, minimum=1, maximum=65535)
+HALFMOON_REMOTING_ADVERTISED_ADDRESS = env_str("HALFMOON_REMOTING_ADVERTISED_ADDRESS", "")
+# RocketMQ 4.x ACL signatures are not checked yet: every remoting request is refused unless true.
+HALFMOON_REMOTING_ALLOW_ANONYMOUS = env_bool("HALFMOON_REMOTING_ALLOW_ANONYMOUS", False)
+HALFMOON_REMOTING_THREADS = env_int("HALFMOON_REMOTING_THREADS", 8, minimum=1)

@@ -329,7 +329,7 @@ def test_systemd_units_verify(tmp_path: Path) -> None:
         text = unit.read_text().replace("/etc/halfmoon/halfmoon.env", str(env_file))
         (tmp_path / unit.name).write_text(text.replace("/opt/halfmoon", str(ROOT)))
         units.append(str(tmp_path / unit.name))
-    assert len(units) == 9
+    assert len(units) == 10
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *units],
         capture_output=True,

@@ -202,3 +202,45 @@ def grpc_sender_group(*, caller: Caller, topic: str) -> str:
     if caller.may_produce(group) and producer_group_exists(group):
         return group
     return ""
+
+
+def remoting_producer_group_resolve(*, caller: Caller, producer_group: str, topic: str) -> str:
+    """The producer group a RocketMQ 4.x half message names (SEND_MESSAGE's ``producerGroup``:
+    4.x clients, unlike 5.x ones, send their group), created on first use without
+    ``check_url`` (its back-checks go over the producer's connection) when it does not exist.
+
+    Raises:
+        Forbidden: ``permission_denied`` when the caller may not act for the group;
+            ``system_topic``.
+        NotFound: ``topic_not_found`` (checked before a group is created).
+        InvalidInput: a group name RocketMQ's ``Validators`` refuse.
+    """
+    if not caller.may_produce(producer_group):
+        raise Forbidden(
+            f"This caller may not act for producer group {producer_group}.",
+            details={"producer_group": producer_group},
+        )
+    if not producer_group_exists(producer_group):
+        producer_topic_get(topic)
+        with contextlib.suppress(Conflict):  # created meanwhile by another call
+            producer_group_create(name=producer_group, check_url=None)
+    return producer_group
+
+
+def remoting_sender_group(*, caller: Caller, producer_group: str) -> str:
+    """The producer group a normal message sent over remoting is stored with: the header's
+    ``producerGroup`` when it exists and the caller may act for it, else "" (as an HTTP send
+    naming none). Never creates a group.
+
+    Raises:
+        Forbidden: the caller may not send normal messages at all (``Caller.may_send``).
+    """
+    if not caller.may_send():
+        raise Forbidden("Sending messages needs an admin key or a key with a producer group.")
+    if (
+        producer_group
+        and caller.may_produce(producer_group)
+        and producer_group_exists(producer_group)
+    ):
+        return producer_group
+    return ""
