@@ -171,10 +171,13 @@ def test_a_delay_message_arrives_at_its_time_not_before(broker: Halfmoon) -> Non
         due, got = one["delivery_timestamp"], received[one["message_id"]]
         assert (got["body"], got["message_type"]) == (f"in 3 s {i}", DELAY), report
         assert got["delivery_timestamp"] == due, report
-        # Never before its time: the broker's own clock, then the client's.
+        # Never before its time: the broker's own clock (the copy on the topic is stored at
+        # its due time or later), then the client's. The delivery journal stamps a receive
+        # when its read starts, so it may precede the copy's store time by that read.
         [(stored,)] = stored_copy(hm, "DelayTopic", one["message_id"])
         [(handed,)] = handed_out(hm, "DelayConsumers", one["message_id"])
-        assert due <= stored <= handed < due + LATE_BOUND_MS, (due, stored, handed, report)
+        assert due <= stored < due + LATE_BOUND_MS, (due, stored, report)
+        assert handed < due + LATE_BOUND_MS, (due, handed, report)
         assert got["received_ms"] >= due, (due, got, report)
         assert one["sent_ms"] < due, one  # the consumer was waiting while it was scheduled
         delivered = hm.sql(
@@ -182,7 +185,7 @@ def test_a_delay_message_arrives_at_its_time_not_before(broker: Halfmoon) -> Non
             one["message_id"],
         )
         assert delivered == [("DELIVERED", stored)], report
-        late.append(handed - due)
+        late.append(max(stored, handed) - due)
     assert sorted(late)[len(late) // 2] < ON_TIME_MS, (late, report)
     assert waiting.proc.wait(timeout=30) == 0, waiting.report()
 
@@ -275,7 +278,8 @@ def test_a_grpc_delay_message_is_received_over_http_at_its_time(broker: Halfmoon
     [(stored,)] = stored_copy(hm, "CrossTopic", sent["message_id"])
     [(handed,)] = handed_out(hm, "CrossConsumers", sent["message_id"])
     assert got[0]["store_timestamp"] == stored
-    assert due <= stored <= handed < due + LATE_BOUND_MS, (due, stored, handed, polls, report)
+    assert due <= stored < due + LATE_BOUND_MS, (due, stored, report)
+    assert handed < due + LATE_BOUND_MS, (due, handed, polls, report)  # stamped as its read began
 
 
 def test_an_operator_recalls_a_scheduled_message_from_the_console(broker: Halfmoon) -> None:

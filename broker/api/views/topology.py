@@ -10,6 +10,7 @@ from rest_framework.views import APIView
 from broker.api.permissions import (
     IsAdminKey,
 )
+from broker.api.schema import RequiredBodySchema
 from broker.api.serializers.topology import (
     ConsumerGroupInSerializer,
     ConsumerGroupOutSerializer,
@@ -57,6 +58,7 @@ class TopicListCreateView(AdminListCreateView):
 
 class TopicDetailView(APIView):
     permission_classes = [IsAdminKey]
+    schema = RequiredBodySchema()  # the PATCH's body: at least one field, never absent
 
     @extend_schema(
         responses={200: TopicDetailOutSerializer, **error_responses(404)},
@@ -136,6 +138,7 @@ class ConsumerGroupListCreateView(AdminListCreateView):
 
 class ConsumerGroupDetailView(APIView):
     permission_classes = [IsAdminKey]
+    schema = RequiredBodySchema()  # the PATCH's body: at least one field, never absent
 
     @extend_schema(
         responses={200: ConsumerGroupOutSerializer, **error_responses(404)},
