@@ -30,6 +30,10 @@ for while subscribed: a ``SyncListener`` waits at most this long; a ``WakeupHub`
 waiter per key this often. RocketMQ's ``PullRequestHoldService`` re-checks its held pull
 requests every 5 s the same way, beside the message-arrival notification."""
 
+SUBSCRIBED_TIMEOUT_S = 2.0
+"""How long a ``SyncListener`` waits for Redis to confirm its SUBSCRIBE before going on
+without wake-ups (re-reading every ``FALLBACK_RECHECK_S``)."""
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakeupHub] = weakref.WeakKeyDictionary()
 
 
@@ -49,12 +53,25 @@ class SyncListener:
                 socket_connect_timeout=REDIS_TIMEOUT_S,
                 socket_timeout=HELD_RECHECK_S + REDIS_TIMEOUT_S,
             )
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            pubsub = client.pubsub()
             pubsub.subscribe(self.channel)
             self._pubsub = pubsub
+            self._subscribed_wait()
         except (RedisError, OSError):
-            self._pubsub = None
+            self._close()
         return self
+
+    def _subscribed_wait(self) -> None:
+        """Block until Redis confirms the SUBSCRIBE (at most ``SUBSCRIBED_TIMEOUT_S``; else
+        the listener goes on without Redis): a wake-up Redis reads before the SUBSCRIBE would
+        be lost, and on a loaded machine the publisher's socket can be read first."""
+        deadline = time.monotonic() + SUBSCRIBED_TIMEOUT_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            message = self._pubsub.get_message(timeout=remaining)
+            if message is not None and message["type"] == "subscribe":
+                return
+        logger.warning("no SUBSCRIBE confirmation from Redis: re-checking without wake-ups")
+        self._close()
 
     def recheck_s(self) -> float:
         """The longest wait before the next database read: ``HELD_RECHECK_S`` while
