@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from broker.conf import conf
-from broker.grpc.threads import Workers
+from broker.plumbing.service_threads import Workers
 from broker.services.commitlog.batch import BatchItem
 
 GROUP_COMMIT_LANES = 1

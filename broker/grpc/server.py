@@ -21,7 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from broker.conf import conf
 from broker.grpc.service import MessagingService
 from broker.grpc.telemetry import TelemetryRegistry
-from broker.grpc.threads import Workers
+from broker.plumbing.service_threads import Workers
 from broker.plumbing.telemetry_bus import TelemetryCommandListener, telemetry_server_id
 
 logger = logging.getLogger("halfmoon.grpc")
@@ -67,7 +67,7 @@ class GrpcServer:
         self.host = host
         self.port = port
         self._endpoint = endpoint
-        self.workers = Workers(threads or settings.HALFMOON_GRPC_THREADS)
+        self.workers = Workers(threads or settings.HALFMOON_GRPC_THREADS, "grpc")
         self.registry = TelemetryRegistry(self.workers.run)
         self.listener = TelemetryCommandListener(self.registry.command_write)
         self.server: grpc.aio.Server | None = None

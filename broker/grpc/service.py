@@ -25,7 +25,7 @@ from broker.grpc.calls.telemetry import TelemetryCalls
 from broker.grpc.convert import endpoints_of
 from broker.grpc.group_commit import GroupCommit
 from broker.grpc.telemetry import TelemetryRegistry
-from broker.grpc.threads import Workers
+from broker.plumbing.service_threads import Workers
 from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
 
 

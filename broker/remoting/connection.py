@@ -5,15 +5,10 @@ HEART_BEAT, the producer groups and topics it sent as)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 
-from broker.plumbing.polling import release_connection
 from broker.rules.remoting_frames import (
     FLAG_RESPONSE,
     FrameError,
@@ -24,33 +19,6 @@ from broker.rules.remoting_frames import (
 )
 
 logger = logging.getLogger("halfmoon.remoting")
-
-T = TypeVar("T")
-
-
-class Workers:
-    """A pool of ``threads`` threads running the services (Django's ORM is synchronous), each
-    call giving its database connection back afterwards, as the gRPC process's pool does."""
-
-    def __init__(self, threads: int) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="remoting")
-
-    async def run(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """``function(*args, **kwargs)`` in a pool thread; its errors propagate."""
-        call = functools.partial(_released, functools.partial(function, *args, **kwargs))
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self.executor, context.run, call)
-
-    def shutdown(self) -> None:
-        """Stop the pool after the calls running now."""
-        self.executor.shutdown(wait=False, cancel_futures=True)
-
-
-def _released(function: Callable[[], T]) -> T:
-    try:
-        return function()
-    finally:
-        release_connection()
 
 
 Dispatch = Callable[["Connection", RemotingCommand], Awaitable[None]]

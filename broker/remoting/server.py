@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
+from broker.plumbing.service_threads import Workers
 from broker.plumbing.telemetry_bus import TelemetryCommandListener, telemetry_server_id
 from broker.remoting import codes
 from broker.remoting.checks import CheckWriter
-from broker.remoting.connection import Connection, Workers
+from broker.remoting.connection import Connection
 from broker.remoting.producers import Advertised, ProducerHandlers
 from broker.rules.remoting_frames import RemotingCommand, response_of
 from broker.services.topology import clients
@@ -58,7 +59,7 @@ class RemotingServer:
         self.advertised_address = advertised
         self.ports: tuple[int, int] = (0, 0)
         self.server_id = telemetry_server_id()
-        self.workers = Workers(settings.HALFMOON_REMOTING_THREADS)
+        self.workers = Workers(settings.HALFMOON_REMOTING_THREADS, "remoting")
         self._connections: dict[str, list[Connection]] = {}
         self._servers: list[asyncio.Server] = []
         self._serving: set[asyncio.Task[None]] = set()

@@ -12,8 +12,8 @@ import pytest
 
 from broker.errors import Forbidden, NotFound
 from broker.grpc.group_commit import GroupCommit
-from broker.grpc.threads import Workers
 from broker.models import Message, Transaction
+from broker.plumbing.service_threads import Workers
 from broker.services.commitlog.batch import transaction_end_batch, transaction_prepare_batch
 from broker.services.topology.writes import producer_group_create, topic_create
 
@@ -24,7 +24,7 @@ CALLS = 24
 
 @pytest.fixture
 def workers() -> Iterator[Workers]:
-    pool = Workers(4)
+    pool = Workers(4, "grpc")
     yield pool
     pool.shutdown()
 

@@ -17,9 +17,9 @@ from broker.grpc.auth import CallMetadata, call_metadata, caller_authenticate, n
 from broker.grpc.convert import error_status
 from broker.grpc.group_commit import GroupCommit
 from broker.grpc.telemetry import TelemetryRegistry
-from broker.grpc.threads import Workers
 from broker.lookups import topic_by_name
 from broker.models import Topic
+from broker.plumbing.service_threads import Workers
 from broker.rules.topics import is_system_topic
 from broker.services.access.callers import Caller
 

@@ -1,7 +1,8 @@
-"""The gRPC process's worker threads: Django's ORM is synchronous, so every service and selector
-call of a handler runs on a bounded pool of threads (``HALFMOON_GRPC_THREADS``), each call
-giving its database connection back to the pool when it ends, as ``halfmoon.serving`` does
-for the web process's views."""
+"""The worker threads of an event-loop process (gRPC, remoting): Django's ORM is synchronous,
+so every service and selector call of a protocol handler runs on a bounded pool of threads
+(``HALFMOON_GRPC_THREADS``, ``HALFMOON_REMOTING_THREADS``), each call giving its database
+connection back to the pool when it ends, as ``halfmoon.serving`` does for the web process's
+views."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ T = TypeVar("T")
 
 
 class Workers:
-    """A pool of ``threads`` threads running synchronous calls for an event loop."""
+    """A pool of ``threads`` threads (named ``<name>_<n>``) running synchronous calls for an
+    event loop."""
 
-    def __init__(self, threads: int) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc")
+    def __init__(self, threads: int, name: str) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
 
     async def run(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)`` in a pool thread, in a copy of the caller's context;
